@@ -1,0 +1,41 @@
+"""popxl on XLA: Graphcore's popxl programming model, compiled through JAX.
+
+Programs written against popxl (graphs, calls, loops, host streams, remote
+buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
+"""
+
+import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
+from popxl import dtypes, ops, transforms
+from popxl.context import gcg, gir, gmg, in_sequence, io_tiles, ipu, name_scope
+from popxl.creation import constant, variable
+from popxl.dtypes import (
+    bfloat16,
+    bool_,
+    dtype,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    uint8,
+    uint16,
+    uint32,
+)
+from popxl.graph import Graph, graph_input, graph_output
+from popxl.ir import Ir
+from popxl.module import Module
+from popxl.remote_buffer import RemoteBuffer, remote_buffer, replica_sharded_buffer
+from popxl.replica_grouping import ReplicaGrouping
+from popxl.session import Session
+from popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
+from popxl.tensor import Constant, Tensor, TensorByRef, TensorSpec, Variable
+
+bool = bool_  # noqa: A001  (popxl spells it popxl.bool)
+
+__all__ = [
+    "Constant", "DeviceToHostStream", "Graph", "HostToDeviceStream", "Ir", "Module", "RemoteBuffer",
+    "ReplicaGrouping", "Session", "Tensor", "TensorByRef", "TensorSpec", "Variable", "bfloat16", "bool", "bool_",
+    "constant", "d2h_stream", "dtype", "dtypes", "float16", "float32", "gcg", "gir", "gmg", "graph_input",
+    "graph_output", "h2d_stream", "in_sequence", "int8", "int16", "int32", "io_tiles", "ipu", "name_scope", "ops",
+    "remote_buffer", "replica_sharded_buffer", "transforms", "uint8", "uint16", "uint32", "variable",
+]

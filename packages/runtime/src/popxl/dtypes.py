@@ -1,0 +1,75 @@
+"""popxl data types and their NumPy equivalents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+
+class dtype:
+    """A popxl element type, convertible to and from NumPy."""
+
+    def __init__(self, name: str, np_type: Any, is_floating_point: bool, is_int: bool) -> None:
+        self.name = name
+        self._np = np.dtype(np_type)
+        self.is_floating_point = is_floating_point
+        self.is_int = is_int
+
+    def as_numpy(self) -> np.dtype[Any]:
+        """The NumPy dtype of this type."""
+        return self._np
+
+    @property
+    def itemsize(self) -> int:
+        """Size of one element in bytes."""
+        return int(self._np.itemsize)
+
+    def __repr__(self) -> str:
+        return f"popxl.{self.name}"
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
+bool_ = dtype("bool", np.bool_, False, False)
+int8 = dtype("int8", np.int8, False, True)
+uint8 = dtype("uint8", np.uint8, False, True)
+int16 = dtype("int16", np.int16, False, True)
+uint16 = dtype("uint16", np.uint16, False, True)
+int32 = dtype("int32", np.int32, False, True)
+uint32 = dtype("uint32", np.uint32, False, True)
+float16 = dtype("float16", np.float16, True, False)
+bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, True, False)
+float32 = dtype("float32", np.float32, True, False)
+
+_ALL = (bool_, int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32)
+_BY_NUMPY = {d.as_numpy(): d for d in _ALL}
+# 64-bit host data is narrowed, as popxl does for constants and session inputs.
+_DOWNCAST = {np.dtype(np.int64): int32, np.dtype(np.uint64): uint32, np.dtype(np.float64): float32}
+
+
+def as_dtype(x: Any) -> dtype:
+    """The popxl dtype of a popxl dtype, NumPy dtype, NumPy array or Python scalar."""
+    if isinstance(x, dtype):
+        return x
+    if isinstance(x, np.ndarray | np.generic):
+        npd = x.dtype
+    elif isinstance(x, bool):
+        npd = np.dtype(np.bool_)
+    elif isinstance(x, int):
+        npd = np.dtype(np.int64)
+    elif isinstance(x, float):
+        npd = np.dtype(np.float64)
+    else:
+        try:
+            npd = np.dtype(x)
+        except TypeError as e:
+            raise TypeError(f"{x!r} is not a popxl dtype, NumPy dtype or array") from e
+    if npd in _BY_NUMPY:
+        return _BY_NUMPY[npd]
+    if npd in _DOWNCAST:
+        # XLA here runs without 64-bit types, so 64-bit data always narrows.
+        return _DOWNCAST[npd]
+    raise TypeError(f"NumPy dtype {npd} has no popxl equivalent")

@@ -1,0 +1,198 @@
+"""Graphs: ordered ops over tensors, and tracing Python functions into them."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from popxl import context
+from popxl.tensor import Constant, Tensor, TensorSpec, Variable
+
+if TYPE_CHECKING:
+    from popxl.ir import Ir
+    from popxl.op import Op
+
+
+class Graph:
+    """A graph of ops; the main graph or a subgraph that can be called or repeated."""
+
+    def __init__(self, ir: Ir, graph_id: str, name: str | None = None) -> None:
+        self.ir = ir
+        self._id = graph_id
+        self._name = name if name is not None else graph_id
+        self._tensor_prefix = graph_id + "/" if graph_id else ""
+        self._inputs: list[Tensor] = []
+        self._outputs: list[Tensor] = []
+        self._ops: list[Op] = []
+        self._tensors: list[Tensor] = []
+        self._ids: set[str] = set()
+        self._by_ref_inputs: set[Tensor] = set()
+        self._call_sites: list[Op] = []
+
+    @property
+    def id(self) -> str:
+        """The graph's id, `<base>_subgraph(<k>)` for subgraphs."""
+        return self._id
+
+    @property
+    def name(self) -> str:
+        """The graph's name."""
+        return self._name
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """The graph inputs in order."""
+        return tuple(self._inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        """The graph outputs in order."""
+        return tuple(self._outputs)
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The ops in creation order (the order they execute in)."""
+        return tuple(self._ops)
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        """Every tensor owned by the graph."""
+        return tuple(self._tensors)
+
+    @property
+    def constants(self) -> tuple[Constant, ...]:
+        """The constants owned by the graph."""
+        return tuple(t for t in self._tensors if isinstance(t, Constant))
+
+    @property
+    def variables(self) -> tuple[Variable, ...]:
+        """The variables owned by the graph (main graph only)."""
+        return tuple(t for t in self._tensors if isinstance(t, Variable))
+
+    def __contains__(self, t: object) -> bool:
+        return isinstance(t, Tensor) and t.graph is self
+
+    def __enter__(self) -> Graph:
+        context.push_graph(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        context.pop_graph()
+
+    def __repr__(self) -> str:
+        return f"Graph[{self._name}: {len(self._inputs)} inputs, {len(self._ops)} ops, {len(self._outputs)} outputs]"
+
+    def _unique_id(self, name: str) -> str:
+        tid = self._tensor_prefix + name
+        if tid in self._ids:
+            tid = f"{tid}__t{self.ir._next_dedup()}"
+        self._ids.add(tid)
+        return tid
+
+    def _add_op(self, op: Op) -> None:
+        op.index = len(self._ops)
+        self._ops.append(op)
+        for t in op.outputs:
+            t.producer = op
+        context.record_sequenced(self, op)
+
+    def _add_input(self, t: Tensor, by_ref: bool = False) -> None:
+        self._inputs.append(t)
+        if by_ref:
+            self._by_ref_inputs.add(t)
+
+    def _add_output(self, t: Tensor) -> None:
+        if t.graph is not self:
+            raise ValueError(f"{t.id} is not in graph {self.id!r} and cannot be one of its outputs")
+        self._outputs.append(t)
+
+
+def graph_input(
+    shape: Iterable[int],
+    dtype: Any,
+    name: str | None = None,
+    by_ref: bool = False,
+    meta_shape: Iterable[int] | None = None,
+) -> Tensor:
+    """Add an input to the current graph."""
+    g = context.gcg()
+    t = Tensor(g, context.name_scope_prefix() + (name or "t"), TensorSpec(tuple(shape), dtype, tuple(meta_shape or ())))
+    g._add_input(t, by_ref)
+    return t
+
+
+def graph_output(t: Tensor) -> None:
+    """Mark `t` as the next output of the current graph."""
+    g = context.gcg()
+    if not isinstance(t, Tensor):
+        raise TypeError(f"graph_output takes a Tensor, got {t!r}")
+    g._add_output(t)
+
+
+def _is_by_ref(annotation: Any) -> bool:
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return "TensorByRef" in text
+
+
+def _input_from(value: Tensor | TensorSpec, name: str, by_ref: bool) -> Tensor:
+    spec = value.spec if isinstance(value, Tensor) else value
+    return graph_input(spec.shape, spec.dtype, name, by_ref, spec.meta_shape)
+
+
+def _is_tensor_like(v: Any) -> bool:
+    return isinstance(v, Tensor | TensorSpec)
+
+
+def trace(graph: Graph, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Trace `fn` into `graph`: tensor arguments become inputs, returned tensors outputs."""
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"Arguments do not match the signature of {fn!r}: {e}") from e
+    call_args: list[Any] = []
+    call_kwargs: dict[str, Any] = {}
+    with graph, context.fresh_name_scopes():
+        for pname, value in bound.arguments.items():
+            param = sig.parameters[pname]
+            by_ref = _is_by_ref(param.annotation)
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                call_args.extend(
+                    _input_from(v, f"{pname}_{i}", by_ref) if _is_tensor_like(v) else v for i, v in enumerate(value)
+                )
+            elif param.kind is inspect.Parameter.VAR_KEYWORD:
+                call_kwargs.update(
+                    {k: _input_from(v, k, by_ref) if _is_tensor_like(v) else v for k, v in value.items()}
+                )
+            else:
+                traced = _trace_arg(pname, value, by_ref)
+                if param.kind is inspect.Parameter.KEYWORD_ONLY:
+                    call_kwargs[pname] = traced
+                else:
+                    call_args.append(traced)
+        result = fn(*call_args, **call_kwargs)
+        for t in _outputs_of(fn, result):
+            graph_output(t)
+
+
+def _trace_arg(pname: str, value: Any, by_ref: bool) -> Any:
+    if _is_tensor_like(value):
+        return _input_from(value, pname, by_ref)
+    if isinstance(value, list | tuple) and any(_is_tensor_like(v) for v in value):
+        if not all(_is_tensor_like(v) for v in value):
+            raise TypeError(f"Argument {pname!r} mixes tensors with other values: {value!r}")
+        return [_input_from(v, f"{pname}_{i}", by_ref) for i, v in enumerate(value)]
+    return value
+
+
+def _outputs_of(fn: Any, result: Any) -> list[Tensor]:
+    if result is None:
+        return []
+    if isinstance(result, Tensor):
+        return [result]
+    if isinstance(result, Iterable) and not isinstance(result, str | bytes):
+        items = list(result)
+        if all(isinstance(t, Tensor) for t in items):
+            return items
+    raise ValueError(f"{fn!r} must return None, a Tensor or an iterable of Tensors, not {result!r}")

@@ -1,0 +1,115 @@
+"""The Ir: the main graph, its subgraphs, and program-wide settings."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from popxl.graph import Graph, trace
+from popxl.replica_grouping import ReplicaGrouping
+
+
+class SessionOptions:
+    """Program options that popxl code sets through `ir._pb_ir.getSessionOptions()`."""
+
+    def __init__(self) -> None:
+        self.numIOTiles = 0
+
+
+class _PbIr:
+    """Stand-in for popxl's internal IR handle: only session options are kept."""
+
+    def __init__(self) -> None:
+        self._options = SessionOptions()
+
+    def getSessionOptions(self) -> SessionOptions:
+        """The mutable session options."""
+        return self._options
+
+
+class Ir:
+    """A popxl program: a main graph, subgraphs, replication and host-transfer settings."""
+
+    def __init__(self, replication: int | str = 1) -> None:
+        self._graph_counter = itertools.count()
+        self._dedup_counter = itertools.count()
+        self._buffer_counter = itertools.count(1)
+        self._replication_factor = 1
+        self._num_host_transfers = 1
+        self._pb_ir = _PbIr()
+        self._session_created = False
+        self._graphs: list[Graph] = []
+        self.main_graph = Graph(self, "", "main_graph")
+        self.replication_factor = 1 if replication == "popdist" else int(replication)
+
+    @property
+    def replication_factor(self) -> int:
+        """Number of replicas of the program."""
+        return self._replication_factor
+
+    @replication_factor.setter
+    def replication_factor(self, value: int) -> None:
+        if self._session_created:
+            raise RuntimeError("The replication factor cannot change after a Session was created")
+        if int(value) < 1:
+            raise ValueError(f"replication_factor must be >= 1, got {value}")
+        self._replication_factor = int(value)
+
+    @property
+    def instance_replication_factor(self) -> int:
+        """Replicas run by this process."""
+        return self._replication_factor
+
+    @property
+    def num_host_transfers(self) -> int:
+        """Executions of each host load/store per `Session.run`."""
+        return self._num_host_transfers
+
+    @num_host_transfers.setter
+    def num_host_transfers(self, value: int) -> None:
+        if int(value) < 1:
+            raise ValueError(f"num_host_transfers must be >= 1, got {value}")
+        self._num_host_transfers = int(value)
+
+    @property
+    def graphs(self) -> tuple[Graph, ...]:
+        """The main graph followed by every subgraph."""
+        return (self.main_graph, *self._graphs)
+
+    def _next_dedup(self) -> int:
+        return next(self._dedup_counter)
+
+    def _next_buffer_id(self) -> int:
+        return next(self._buffer_counter)
+
+    def create_empty_graph(self, name: str | None = None) -> Graph:
+        """A new subgraph with no inputs, ops or outputs."""
+        base = name or "graph"
+        g = Graph(self, f"{base}_subgraph({next(self._graph_counter)})")
+        self._graphs.append(g)
+        return g
+
+    def create_graph(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Graph:
+        """A new subgraph traced from `fn` (or a Module's `build`) with the given arguments."""
+        if not callable(fn):
+            raise TypeError(f"create_graph takes a callable or a Module, got {fn!r}")
+        build = getattr(fn, "build", None)
+        if build is not None and not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+            base = type(fn).__qualname__
+            target: Callable[..., Any] = build
+        else:
+            base = getattr(fn, "__qualname__", type(fn).__qualname__)
+            target = fn
+        graph = self.create_empty_graph(base.replace(".<locals>", ""))
+        trace(graph, target, args, kwargs)
+        return graph
+
+    def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
+        """A grouping of this Ir's replicas."""
+        return ReplicaGrouping(self, stride, group_size)
+
+    def __repr__(self) -> str:
+        return f"Ir(replication_factor={self._replication_factor}, graphs={len(self.graphs)})"
+

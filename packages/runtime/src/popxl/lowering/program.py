@@ -1,0 +1,174 @@
+"""A whole popxl program as one jitted XLA computation over per-replica state."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from popxl.graph import Graph
+from popxl.ir import Ir
+from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
+from popxl.lowering.replicas import ReplicaMesh
+from popxl.opdefs.io import buffer_key
+from popxl.remote_buffer import RemoteBuffer
+from popxl.replica_grouping import ReplicaGrouping
+from popxl.streams import DeviceToHostStream, HostToDeviceStream
+from popxl.tensor import Variable
+
+State = dict[str, dict[str, jax.Array]]
+
+_IPU_NAMES = ("ipu_hw", "ipu_model")
+_warned_no_ipu = False
+
+
+class OutOfRangeError(IndexError):
+    """A remote buffer or host stream was indexed past its bound while running."""
+
+
+def reachable_graphs(ir: Ir) -> list[Graph]:
+    """The main graph and every graph it calls, directly or not."""
+    seen: list[Graph] = []
+    todo = [ir.main_graph]
+    while todo:
+        g = todo.pop()
+        if any(g is s for s in seen):
+            continue
+        seen.append(g)
+        todo.extend(op.attrs["graph"] for op in g.ops if isinstance(op.attrs.get("graph"), Graph))
+    return seen
+
+
+def _platform(device_desc: str) -> str | None:
+    global _warned_no_ipu
+    if device_desc in _IPU_NAMES:
+        if not _warned_no_ipu:
+            warnings.warn(f"Session device {device_desc!r}: no IPU is used, running on JAX's default device", stacklevel=4)
+            _warned_no_ipu = True
+        return None
+    if device_desc in ("cpu", "gpu"):
+        return device_desc
+    raise ValueError(f"Unknown device {device_desc!r}: expected 'cpu', 'gpu', 'ipu_hw' or 'ipu_model'")
+
+
+class Program:
+    """The lowered program of an Ir: state layout, streams, replicas and the jitted step."""
+
+    def __init__(self, ir: Ir, device_desc: str = "cpu", checks: bool = True, replica_mode: str = "auto") -> None:
+        if replica_mode not in ("auto", "devices", "simulate"):
+            raise ValueError(f"replica_mode must be 'auto', 'devices' or 'simulate', got {replica_mode!r}")
+        self.ir = ir
+        graphs = reachable_graphs(ir)
+        ops = [op for g in graphs for op in g.ops]
+        for op in ops:
+            if op.opdef.check is not None:
+                op.opdef.check(op)
+        self.variables: list[Variable] = list(ir.main_graph.variables)
+        self.buffers = _unique(op.attrs["buffer"] for op in ops if isinstance(op.attrs.get("buffer"), RemoteBuffer))
+        self.h2d: list[HostToDeviceStream] = _unique(op.attrs["stream"] for op in ops if op.name == "host_load")
+        self.d2h: list[DeviceToHostStream] = _unique(op.attrs["stream"] for op in ops if op.name == "host_store")
+        groupings = [op.attrs["group"] for op in ops if isinstance(op.attrs.get("group"), ReplicaGrouping)]
+        self.replicas = ir.replication_factor
+        self.mesh = ReplicaMesh(self.replicas, groupings)
+        platform = _platform(device_desc)
+        available = jax.devices(platform) if platform else jax.devices()
+        self.device = available[0]
+        use_devices = replica_mode == "devices" or (replica_mode == "auto" and len(available) >= self.replicas > 1)
+        if use_devices and len(available) < self.replicas:
+            raise ValueError(
+                f"replica_mode='devices' needs {self.replicas} devices, but JAX sees {len(available)} "
+                f"{available[0].platform} device(s)"
+            )
+        self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
+        self.sites = CheckSites() if checks else None
+        self._step = jax.jit(self.mesh.per_replica(self._replica_step, self.replica_devices))
+
+    @property
+    def mode(self) -> str:
+        """'devices' (one replica per device) or 'simulate' (all replicas on one device)."""
+        return "devices" if self.replica_devices is not None else "simulate"
+
+    def _replica_step(self, state: State, host_inputs: dict[str, jax.Array]) -> Any:
+        nht = self.ir.num_host_transfers
+        world = {
+            "buffers": dict(state["buffers"]),
+            "in_cursor": {s.tensor_id: jnp.int32(0) for s in self.h2d},
+            "out": {s.tensor_id: jnp.zeros((nht, *s.shape), s.dtype.as_numpy()) for s in self.d2h},
+            "out_cursor": {s.tensor_id: jnp.int32(0) for s in self.d2h},
+            "error": {"code": jnp.int32(0), "index": jnp.int32(0)},
+        }
+        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites)
+        env = execute(ctx, self.ir.main_graph, {v: state["vars"][v.id] for v in self.variables})
+        new_state = {"vars": {v.id: env[v] for v in self.variables}, "buffers": ctx.world["buffers"]}
+        return new_state, ctx.world["out"], ctx.world["error"]
+
+    def _put(self, x: np.ndarray[Any, Any]) -> jax.Array:
+        return jax.device_put(x, self.device)
+
+    def replica_values(self, var: Variable, host: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Per-replica values `(R, *shape)` of `var` from its host layout."""
+        g = var.replica_grouping
+        if g.num_groups > 1:
+            return np.stack([host[g.group_of(r)] for r in range(self.replicas)])
+        return np.broadcast_to(host, (self.replicas, *host.shape)).copy()
+
+    def host_values(self, var: Variable, replicas: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Host layout of `var` from per-replica values: the first replica of each group."""
+        g = var.replica_grouping
+        if g.num_groups > 1:
+            return np.stack([replicas[g.members(k)[0]] for k in range(g.num_groups)])
+        return np.asarray(replicas[0])
+
+    def init_state(self, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
+        """Device state: variables from `host`, remote buffers zeroed at their final size."""
+        r = self.replicas
+        return {
+            "vars": {v.id: self._put(self.replica_values(v, host[v])) for v in self.variables},
+            "buffers": {
+                buffer_key(b): self._put(np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy()))
+                for b in self.buffers
+            },
+        }
+
+    def with_variables(self, state: State, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
+        """`state` with the given variables replaced from host values."""
+        new_vars = dict(state["vars"])
+        for v, data in host.items():
+            new_vars[v.id] = self._put(self.replica_values(v, data))
+        return {"vars": new_vars, "buffers": state["buffers"]}
+
+    def read_variables(self, state: State, variables: list[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
+        """Host values of `variables` from device state."""
+        return {v: self.host_values(v, np.asarray(state["vars"][v.id])) for v in variables}
+
+    def run(
+        self, state: State, inputs: dict[str, np.ndarray[Any, Any]]
+    ) -> tuple[State, dict[str, np.ndarray[Any, Any]]]:
+        """One execution of the main graph; inputs and outputs are `(R, nht, *shape)` per stream.
+
+        Raises OutOfRangeError (and returns nothing) if a checked index was out of range.
+        """
+        device_inputs = {k: self._put(v) for k, v in inputs.items()}
+        new_state, outputs, error = self._step(state, device_inputs)
+        codes = np.asarray(error["code"])
+        if self.sites is not None and codes.any():
+            replica = int(np.flatnonzero(codes)[0])
+            where = self.sites.descriptions[int(codes[replica]) - 1]
+            index = int(np.asarray(error["index"])[replica])
+            raise OutOfRangeError(f"{where.format(index=index)} (replica {replica}); nothing was changed")
+        return new_state, {k: np.asarray(v) for k, v in outputs.items()}
+
+    def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
+        """The compiled XLA executable for these argument shapes (for memory analysis)."""
+        return self._step.lower(state, {k: self._put(v) for k, v in inputs.items()}).compile()
+
+
+def _unique(items: Any) -> list[Any]:
+    out: list[Any] = []
+    for x in items:
+        if not any(x is y for y in out):
+            out.append(x)
+    return out

@@ -1,0 +1,17 @@
+"""The op registry's definitions, one module per op family.
+
+Importing this package registers every built-in op kind. JAX appears here
+and in `popxl.lowering` only: these modules hold the op kinds' lowerings.
+"""
+
+from popxl.opdefs import (  # noqa: F401
+    collectives,
+    control,
+    elementwise,
+    io,
+    linalg,
+    random,
+    reduce,
+    shape,
+    var_updates,
+)

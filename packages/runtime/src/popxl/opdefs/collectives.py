@@ -1,0 +1,168 @@
+"""Collectives across the replicas of a group, and replicated tensor sharding."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from popxl.op import Attrs, Op, OpDef, create_op, register
+from popxl.opdefs.common import vjp_grad
+from popxl.tensor import Tensor, TensorSpec
+
+REDUCE_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
+
+
+def _check_group(attrs: Attrs) -> None:
+    g = attrs["group"]
+    if not g.is_const:
+        raise NotImplementedError(f"Collectives need a grouping with a constant stride, got {g}")
+
+
+def all_reduce_values(ctx: Any, x: jax.Array, op: str, group: Any) -> jax.Array:
+    """`x` reduced with `op` over the replicas of `group` (for use by lowerings)."""
+    axes = ctx.group_axes(group)
+    if not axes:
+        return x * x if op == "square_add" else x
+    if op == "add":
+        return jax.lax.psum(x, axes)
+    if op in ("mean", "mul"):  # popxl maps the 'mul' collective to mean
+        return jax.lax.pmean(x, axes)
+    if op == "square_add":
+        return jax.lax.psum(x * x, axes)
+    if op in ("min", "and"):
+        return jax.lax.pmin(x, axes)
+    return jax.lax.pmax(x, axes)
+
+
+def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    _check_group(attrs)
+    return [specs[0]]
+
+
+def _all_reduce_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    (dy,) = out_grads
+    if dy is None or op.attrs["op"] not in ("add", "mean", "mul"):
+        return [None]
+    return [create_op(ALL_REDUCE, [dy], dict(op.attrs))[0]]
+
+
+ALL_REDUCE = register(
+    OpDef(
+        "replicated_all_reduce",
+        _like,
+        lambda ctx, op, x: [all_reduce_values(ctx, x, op.attrs["op"], op.attrs["group"])],
+        grad=_all_reduce_grad,
+    )
+)
+
+
+def _lower_all_reduce_inplace(ctx: Any, op: Op, x: jax.Array) -> Any:
+    out = all_reduce_values(ctx, x, op.attrs["op"], op.attrs["group"])
+    return [out], {0: out}
+
+
+ALL_REDUCE_INPLACE = register(
+    OpDef("replicated_all_reduce_", _like, _lower_all_reduce_inplace, output_names=("replicated_all_reduce_out",))
+)
+
+
+def shard_size(nelms: int, group_size: int) -> int:
+    """Elements per shard when `nelms` elements are split over `group_size` replicas."""
+    return -(-nelms // group_size)
+
+
+def _own_shard(ctx: Any, x: jax.Array, group: Any) -> jax.Array:
+    n = group.group_size
+    c = shard_size(x.size, n)
+    flat = jnp.pad(x.reshape(-1), (0, c * n - x.size))
+    return jax.lax.dynamic_slice_in_dim(flat, ctx.group_rank(group) * c, c)
+
+
+def _sharded_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    _check_group(attrs)
+    (s,) = specs
+    c = shard_size(math.prod(s.shape), attrs["group"].group_size)
+    meta = s.shape if attrs.get("rts", True) else ()
+    return [TensorSpec((c,), s.dtype, meta)]
+
+
+SHARDED_SLICE = register(
+    OpDef(
+        "replica_sharded_slice",
+        _sharded_infer,
+        lambda ctx, op, x: [_own_shard(ctx, x, op.attrs["group"])],
+        grad=vjp_grad(linear=True),
+    )
+)
+
+
+def _reduce_scatter_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    (dy,) = out_grads
+    if dy is None or op.attrs["op"] != "add":
+        return [None]
+    x = op.inputs[0]
+    attrs = {"group": op.attrs["group"], "shape": x.shape}
+    return [create_op(ALL_GATHER, [dy], attrs, names=["replicated_reduce_scatter_grad_out"])[0]]
+
+
+REDUCE_SCATTER = register(
+    OpDef(
+        "replicated_reduce_scatter",
+        _sharded_infer,
+        lambda ctx, op, x: [
+            _own_shard(ctx, all_reduce_values(ctx, x, op.attrs["op"], op.attrs["group"]), op.attrs["group"])
+        ],
+        grad=_reduce_scatter_grad,
+    )
+)
+
+
+def gather_values(ctx: Any, x: jax.Array, group: Any) -> jax.Array:
+    """The members' values of `x` stacked on a new leading axis in rank order."""
+    out = x[None]
+    for axis in reversed(ctx.group_axes(group)):
+        out = jax.lax.all_gather(out, axis)
+        out = out.reshape(-1, *x.shape)
+    return out
+
+
+def _gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    _check_group(attrs)
+    (s,) = specs
+    g = attrs["group"].group_size
+    shape = attrs["shape"]
+    if shape is None:
+        return [TensorSpec((g, *s.shape), s.dtype)]
+    if math.prod(shape) > g * math.prod(s.shape):
+        raise ValueError(f"Cannot gather {g} tensors of shape {s.shape} into shape {shape}")
+    return [TensorSpec(tuple(shape), s.dtype)]
+
+
+def _lower_gather(ctx: Any, op: Op, x: jax.Array) -> list[jax.Array]:
+    stacked = gather_values(ctx, x, op.attrs["group"])
+    shape = op.attrs["shape"]
+    if shape is None:
+        return [stacked]
+    n = math.prod(shape)
+    return [stacked.reshape(-1)[:n].reshape(shape)]
+
+
+def _gather_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    (dy,) = out_grads
+    if dy is None:
+        return [None]
+    attrs = {"group": op.attrs["group"], "op": "add", "rts": False}
+    x = op.inputs[0]
+    (dx,) = create_op(REDUCE_SCATTER, [dy], attrs, names=["replicated_all_gather_grad_out"])
+    if dx.shape != x.shape:
+        from popxl.opdefs.shape import RESHAPE
+
+        (dx,) = create_op(RESHAPE, [dx], {"shape": x.shape})
+    return [dx]
+
+
+ALL_GATHER = register(OpDef("replicated_all_gather", _gather_infer, _lower_gather, grad=_gather_grad))

@@ -1,0 +1,114 @@
+"""Helpers shared by op definitions: shape inference and the generic VJP gradient."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from popxl.dtypes import dtype
+from popxl.op import REGISTRY, Attrs, GradFn, Op, OpDef, create_op, register
+from popxl.tensor import Tensor, TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.transforms.grad_builder import GradBuilder
+
+
+def same_dtype(what: str, specs: Sequence[TensorSpec]) -> dtype:
+    """The common dtype of `specs`, or a ValueError naming the op."""
+    dts = {s.dtype for s in specs}
+    if len(dts) != 1:
+        raise ValueError(f"Inputs of {what} must share one dtype, got {[s.dtype.name for s in specs]}")
+    return specs[0].dtype
+
+
+def broadcast(what: str, specs: Sequence[TensorSpec]) -> tuple[int, ...]:
+    """The broadcast shape of `specs`, or a ValueError naming the op."""
+    try:
+        return tuple(np.broadcast_shapes(*(s.shape for s in specs)))
+    except ValueError as e:
+        raise ValueError(f"Input shapes of {what} do not broadcast: {[s.shape for s in specs]}") from e
+
+
+def like_input(index: int = 0) -> Callable[[Sequence[TensorSpec], Attrs], list[TensorSpec]]:
+    """Shape inference: one output with the spec of input `index`."""
+
+    def infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+        return [specs[index]]
+
+    return infer
+
+
+def zeros_of(spec: TensorSpec) -> jax.Array:
+    """A zero value of `spec`."""
+    return jnp.zeros(spec.shape, spec.dtype.as_numpy())
+
+
+def _lower_vjp(ctx: Any, op: Op, *vals: jax.Array) -> list[jax.Array]:
+    fwd: OpDef = REGISTRY[op.attrs["fwd"]]
+    fwd_op: Op = op.attrs["fwd_op"]
+    specs: list[TensorSpec] = op.attrs["in_specs"]
+    given = dict(zip(op.attrs["needs"], vals))
+    primals = [given[i] if i in given else zeros_of(s) for i, s in enumerate(specs)]
+    wrt: tuple[int, ...] = op.attrs["wrt"]
+    out_specs: list[TensorSpec] = op.attrs["out_specs"]
+    grads = dict(zip(op.attrs["grads_of"], vals[len(op.attrs["needs"]) :]))
+
+    def f(*diff: jax.Array) -> list[jax.Array]:
+        full = list(primals)
+        for i, v in zip(wrt, diff):
+            full[i] = v
+        return list(fwd.lower(ctx, fwd_op, *full))
+
+    _, pullback = jax.vjp(f, *(primals[i] for i in wrt))
+    cotangents = [grads[k] if k in grads else zeros_of(s) for k, s in enumerate(out_specs)]
+    return list(pullback(cotangents))
+
+
+def _infer_vjp(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    return [attrs["in_specs"][i] for i in attrs["wrt"]]
+
+
+VJP = register(OpDef("vjp", _infer_vjp, _lower_vjp, output_names=("vjp_out",)))
+
+
+def vjp_grad(needs: dict[int, tuple[int, ...]] | None = None, linear: bool = False) -> GradFn:
+    """A gradient rule derived from JAX's VJP of the op's lowering.
+
+    `needs[i]` lists the forward inputs whose values the gradient of input i
+    depends on (all inputs by default, none for `linear` ops); only those become
+    activations of the gradient graph.
+    """
+
+    def grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+        wrt = tuple(i for i, t in enumerate(op.inputs) if gb.wants(t) and t.dtype.is_floating_point)
+        if not wrt or all(g is None for g in out_grads):
+            return [None] * len(op.inputs)
+        if linear:
+            needed: set[int] = set()
+        elif needs is None:
+            needed = set(range(len(op.inputs)))
+        else:
+            needed = {j for i in wrt for j in needs.get(i, tuple(range(len(op.inputs))))}
+        order = tuple(sorted(needed))
+        grads_of = tuple(k for k, g in enumerate(out_grads) if g is not None)
+        attrs = {
+            "fwd": op.opdef.name,
+            "fwd_op": op,
+            "in_specs": [t.spec for t in op.inputs],
+            "out_specs": [t.spec for t in op.outputs],
+            "needs": order,
+            "wrt": wrt,
+            "grads_of": grads_of,
+        }
+        inputs = [gb.fwd(op.inputs[i]) for i in order] + [g for g in out_grads if g is not None]
+        outs = create_op(VJP, inputs, attrs, names=[f"{op.opdef.name}_grad_out"] * len(wrt))
+        result: list[Tensor | None] = [None] * len(op.inputs)
+        for i, t in zip(wrt, outs):
+            result[i] = t
+        return result
+
+    return grad

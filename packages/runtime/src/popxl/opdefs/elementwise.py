@@ -1,0 +1,146 @@
+"""Elementwise unary and binary ops, casts and selection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from popxl import dtypes
+from popxl.op import Attrs, OpDef, register
+from popxl.opdefs.common import broadcast, like_input, same_dtype, vjp_grad
+from popxl.tensor import TensorSpec
+
+Fn = Callable[..., jax.Array]
+
+
+def _unary(name: str, fn: Fn, differentiable: bool = True) -> OpDef:
+    return register(
+        OpDef(
+            name,
+            like_input(0),
+            lambda ctx, op, x: [fn(x, **op.attrs)],
+            grad=vjp_grad() if differentiable else None,
+        )
+    )
+
+
+def _gelu(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=True)
+
+
+NEGATE = _unary("negate", jnp.negative)
+EXP = _unary("exp", jnp.exp)
+LOG = _unary("log", jnp.log)
+SQRT = _unary("sqrt", jnp.sqrt)
+TANH = _unary("tanh", jnp.tanh)
+SIGMOID = _unary("sigmoid", jax.nn.sigmoid)
+RELU = _unary("relu", jax.nn.relu)
+GELU = _unary("gelu", _gelu)
+ABS = _unary("abs", jnp.abs)
+SIN = _unary("sin", jnp.sin)
+COS = _unary("cos", jnp.cos)
+SQUARE = _unary("square", jnp.square)
+RECIPROCAL = _unary("reciprocal", jnp.reciprocal)
+LOGICAL_NOT = _unary("logical_not", jnp.logical_not, differentiable=False)
+IDENTITY = register(
+    OpDef("identity", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True))
+)
+DETACH = register(OpDef("detach", like_input(0), lambda ctx, op, x: [jax.lax.stop_gradient(x)]))
+
+
+def _binary_infer(name: str, out_dtype: dtypes.dtype | None) -> Callable[[Sequence[TensorSpec], Attrs], list[TensorSpec]]:
+    def infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+        dt = same_dtype(name, specs)
+        return [TensorSpec(broadcast(name, specs), out_dtype or dt)]
+
+    return infer
+
+
+def _binary(
+    name: str, fn: Fn, grad_needs: dict[int, tuple[int, ...]] | None = None, linear: bool = False,
+    out_dtype: dtypes.dtype | None = None, differentiable: bool = True,
+) -> OpDef:
+    return register(
+        OpDef(
+            name,
+            _binary_infer(name, out_dtype),
+            lambda ctx, op, a, b: [fn(a, b)],
+            grad=vjp_grad(grad_needs, linear) if differentiable else None,
+        )
+    )
+
+
+def _div(a: jax.Array, b: jax.Array) -> jax.Array:
+    if jnp.issubdtype(a.dtype, jnp.integer):
+        # C-style truncating division, as popxl defines `/` on integers.
+        q = jnp.abs(a) // jnp.abs(b)
+        return jnp.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
+    return a / b
+
+
+def _fmod(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.fmod(a, b)
+
+
+ADD = _binary("add", jnp.add, linear=True)
+SUB = _binary("sub", jnp.subtract, linear=True)
+MUL = _binary("mul", jnp.multiply, grad_needs={0: (1,), 1: (0,)})
+DIV = _binary("div", _div)
+FMOD = _binary("fmod", _fmod, differentiable=False)
+POW = _binary("pow", jnp.power)
+MAXIMUM = _binary("maximum", jnp.maximum)
+MINIMUM = _binary("minimum", jnp.minimum)
+EQUAL = _binary("equal", jnp.equal, out_dtype=dtypes.bool_, differentiable=False)
+GREATER = _binary("greater", jnp.greater, out_dtype=dtypes.bool_, differentiable=False)
+LESS = _binary("less", jnp.less, out_dtype=dtypes.bool_, differentiable=False)
+LOGICAL_AND = _binary("logical_and", jnp.logical_and, out_dtype=dtypes.bool_, differentiable=False)
+LOGICAL_OR = _binary("logical_or", jnp.logical_or, out_dtype=dtypes.bool_, differentiable=False)
+
+
+def _add_inplace(ctx: Any, op: Any, a: jax.Array, b: jax.Array) -> tuple[list[jax.Array], dict[int, jax.Array]]:
+    out = jnp.broadcast_to(a + b, a.shape).astype(a.dtype)
+    return [out], {0: out}
+
+
+def _inplace_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    same_dtype("add_", specs)
+    if broadcast("add_", specs) != specs[0].shape:
+        raise ValueError(f"add_ cannot change the shape of its first input {specs[0].shape}")
+    return [specs[0]]
+
+
+ADD_INPLACE = register(OpDef("add_", _inplace_infer, _add_inplace, output_names=("add_out",)))
+
+
+def _cast_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    return [TensorSpec(specs[0].shape, attrs["dtype"], specs[0].meta_shape)]
+
+
+CAST = register(
+    OpDef(
+        "cast",
+        _cast_infer,
+        lambda ctx, op, x: [x.astype(op.attrs["dtype"].as_numpy())],
+        grad=vjp_grad(linear=True),
+    )
+)
+
+
+def _where_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    if specs[0].dtype is not dtypes.bool_:
+        raise ValueError(f"The condition of where must be bool, got {specs[0].dtype.name}")
+    dt = same_dtype("where", specs[1:])
+    return [TensorSpec(broadcast("where", specs), dt)]
+
+
+WHERE = register(
+    OpDef(
+        "where",
+        _where_infer,
+        lambda ctx, op, c, a, b: [jnp.where(c, a, b)],
+        grad=vjp_grad({1: (0,), 2: (0,)}),
+    )
+)

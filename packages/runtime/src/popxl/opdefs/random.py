@@ -1,0 +1,77 @@
+"""Random seeds and random number ops, driven by a uint32[2] seed tensor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from popxl import dtypes
+from popxl.op import Attrs, OpDef, register
+from popxl.opdefs.common import vjp_grad
+from popxl.tensor import TensorSpec
+
+SEED_SPEC = TensorSpec((2,), dtypes.uint32)
+
+
+def check_seed(spec: TensorSpec) -> None:
+    """Raise unless `spec` is that of a random seed."""
+    if (spec.shape, spec.dtype) != (SEED_SPEC.shape, SEED_SPEC.dtype):
+        raise ValueError(f"A random seed must be a uint32 tensor of shape (2,), got {spec.dtype.name} {spec.shape}")
+
+
+def _key(seed: jax.Array) -> jax.Array:
+    return jax.random.wrap_key_data(seed.astype(jnp.uint32), impl="threefry2x32")
+
+
+def _split_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    check_seed(specs[0])
+    return [SEED_SPEC] * attrs["count"]
+
+
+def _lower_split(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
+    keys = jax.random.split(_key(seed), op.attrs["count"])
+    return list(jax.random.key_data(keys))
+
+
+SPLIT_SEED = register(
+    OpDef("split_random_seed", _split_infer, _lower_split, output_names=("split_random_seed_out",))
+)
+
+
+def _random_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    check_seed(specs[0])
+    return [TensorSpec(attrs["shape"], attrs["dtype"])]
+
+
+def _lower_uniform(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
+    a = op.attrs
+    return [jax.random.uniform(_key(seed), a["shape"], a["dtype"].as_numpy(), a["low"], a["high"])]
+
+
+def _lower_normal(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
+    a = op.attrs
+    z = jax.random.normal(_key(seed), a["shape"], a["dtype"].as_numpy())
+    return [z * a["std"] + a["mean"]]
+
+
+RANDOM_UNIFORM = register(OpDef("random_uniform", _random_infer, _lower_uniform))
+RANDOM_NORMAL = register(OpDef("random_normal", _random_infer, _lower_normal))
+
+
+def _dropout_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    check_seed(specs[1])
+    if not 0 <= attrs["p"] < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {attrs['p']}")
+    return [specs[0]]
+
+
+def _lower_dropout(ctx: Any, op: Any, x: jax.Array, seed: jax.Array) -> list[jax.Array]:
+    p = op.attrs["p"]
+    keep = jax.random.bernoulli(_key(seed), 1 - p, x.shape)
+    return [jnp.where(keep, x / (1 - p), jnp.zeros_like(x))]
+
+
+DROPOUT = register(OpDef("dropout", _dropout_infer, _lower_dropout, grad=vjp_grad({0: (1,)})))

@@ -1,0 +1,98 @@
+"""Reductions, softmax and normalisation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from popxl.op import Attrs, OpDef, register
+from popxl.opdefs.common import same_dtype, vjp_grad
+from popxl.tensor import TensorSpec
+
+
+def _axes(rank: int, axis: Any) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(rank))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ValueError(f"Axis {a} is out of range for a tensor of rank {rank}")
+    return tuple(sorted(a % rank for a in axes))
+
+
+def _reduce_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    (s,) = specs
+    axes = _axes(len(s.shape), attrs["axis"])
+    attrs["axis"] = axes
+    if attrs["keepdims"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(s.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(s.shape) if i not in axes)
+    return [TensorSpec(shape, s.dtype)]
+
+
+def _reduction(name: str, fn: Any, linear: bool) -> OpDef:
+    return register(
+        OpDef(
+            name,
+            _reduce_infer,
+            lambda ctx, op, x: [fn(x, axis=op.attrs["axis"], keepdims=op.attrs["keepdims"])],
+            grad=vjp_grad(linear=linear),
+        )
+    )
+
+
+REDUCE_SUM = _reduction("reduce_sum", jnp.sum, linear=True)
+REDUCE_MEAN = _reduction("reduce_mean", jnp.mean, linear=True)
+REDUCE_MAX = _reduction("reduce_max", jnp.max, linear=False)
+REDUCE_MIN = _reduction("reduce_min", jnp.min, linear=False)
+
+
+def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    return [specs[0]]
+
+
+SOFTMAX = register(
+    OpDef(
+        "softmax",
+        _like,
+        lambda ctx, op, x: [jax.nn.softmax(x, axis=op.attrs["axis"])],
+        grad=vjp_grad(),
+    )
+)
+
+
+def _group_norm(x: jax.Array, w: jax.Array, b: jax.Array, groups: int, eps: float) -> jax.Array:
+    n = x.shape[0]
+    g = x.reshape(n, groups, -1)
+    mean = g.mean(axis=-1, keepdims=True)
+    var = jnp.square(g - mean).mean(axis=-1, keepdims=True)
+    y = ((g - mean) * jax.lax.rsqrt(var + eps)).reshape(x.shape)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return y * w.reshape(shape) + b.reshape(shape)
+
+
+def _group_norm_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    x, w, b = specs
+    same_dtype("group_norm", specs)
+    if len(x.shape) < 2:
+        raise ValueError(f"group_norm needs an input of rank >= 2 (N, C, ...), got {x.shape}")
+    c = x.shape[1]
+    if w.shape != (c,) or b.shape != (c,):
+        raise ValueError(f"group_norm weight and bias must have shape ({c},), got {w.shape} and {b.shape}")
+    if c % attrs["num_groups"]:
+        raise ValueError(f"group_norm: {c} channels do not split into {attrs['num_groups']} groups")
+    return [x]
+
+
+GROUP_NORM = register(
+    OpDef(
+        "group_norm",
+        _group_norm_infer,
+        lambda ctx, op, x, w, b: [_group_norm(x, w, b, op.attrs["num_groups"], op.attrs["eps"])],
+        grad=vjp_grad({0: (0, 1), 1: (0,), 2: ()}),
+    )
+)

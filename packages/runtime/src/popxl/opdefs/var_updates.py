@@ -1,0 +1,48 @@
+"""In-place updates of a tensor (usually a variable or an accumulator)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from popxl.op import Attrs, OpDef, register
+from popxl.tensor import TensorSpec
+
+
+def _infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    t = specs[0]
+    for s in specs[1:]:
+        try:
+            ok = jnp.broadcast_shapes(t.shape, s.shape) == t.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{attrs['kind']}: a {s.shape} update cannot be applied in place to {t.shape}")
+    return [t]
+
+
+def _update(kind: str, t: jax.Array, x: jax.Array, *factors: jax.Array) -> jax.Array:
+    x = x.astype(t.dtype)
+    f = [jnp.asarray(v).astype(t.dtype) for v in factors]
+    if kind == "accumulate":
+        return t + f[0] * x
+    if kind == "accumulate_square":
+        return t + f[0] * x * x
+    if kind == "accumulate_mean":
+        return t * (f[0] / (f[0] + 1)) + x / (f[0] + 1)
+    if kind == "accumulate_moving_average":
+        return t * f[0] + (1 - f[0]) * x
+    if kind == "scaled_add":
+        return t * f[0] + x * f[1]
+    return jnp.broadcast_to(x, t.shape)  # copy
+
+
+def _lower(ctx: Any, op: Any, t: jax.Array, *rest: jax.Array) -> Any:
+    out = jnp.broadcast_to(_update(op.attrs["kind"], t, *rest), t.shape).astype(t.dtype)
+    return [out], {0: out}
+
+
+VAR_UPDATE = register(OpDef("var_update", _infer, _lower, side_effects=True))

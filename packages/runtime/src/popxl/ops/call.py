@@ -1,0 +1,163 @@
+"""Calling and repeating subgraphs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from popxl import context
+from popxl.creation import constant
+from popxl.graph import Graph
+from popxl.op import Op, create_op
+from popxl.opdefs.control import CALL, REPEAT, by_ref_indices
+from popxl.tensor import Tensor
+
+
+class CallSiteInfo:
+    """How one call of a subgraph connects to its parent graph."""
+
+    def __init__(self, op: Op) -> None:
+        self._op = op
+
+    @property
+    def called_graph(self) -> Graph:
+        """The graph that is called."""
+        graph: Graph = self._op.attrs["graph"]
+        return graph
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """The parent tensors fed to the called graph's inputs."""
+        return tuple(self._op.inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        """The parent tensors receiving the called graph's outputs."""
+        return tuple(self._op.outputs)
+
+    def parent_input(self, index: int) -> Tensor:
+        """The parent tensor fed to graph input `index`."""
+        return self._op.inputs[index]
+
+    def parent_output(self, index: int) -> Tensor:
+        """The parent tensor receiving graph output `index`."""
+        return self._op.outputs[index]
+
+    def graph_to_parent(self, t: Tensor) -> Tensor:
+        """The parent tensor connected to graph input or output `t`."""
+        g = self.called_graph
+        if t in g._inputs:
+            return self._op.inputs[g._inputs.index(t)]
+        if t in g._outputs:
+            return self._op.outputs[g._outputs.index(t)]
+        raise ValueError(f"{t} is neither an input nor an output of {g.id!r}")
+
+    def parent_to_graph(self, p: Tensor) -> Tensor:
+        """The graph input fed by the first occurrence of parent tensor `p`."""
+        for i, t in enumerate(self._op.inputs):
+            if t is p:
+                return self.called_graph._inputs[i]
+        raise ValueError(f"{p} is not an input of this call of {self.called_graph.id!r}")
+
+    def graph_to_parent_input_index(self, index: int) -> int:
+        """Graph input index to call-site input index (the identity for a call)."""
+        return index
+
+    def parent_to_graph_input_index(self, index: int) -> int:
+        """Call-site input index to graph input index (the identity for a call)."""
+        return index
+
+    def graph_to_parent_output_index(self, index: int) -> int:
+        """Graph output index to call-site output index (the identity for a call)."""
+        return index
+
+    def parent_to_graph_output_index(self, index: int) -> int:
+        """Call-site output index to graph output index (the identity for a call)."""
+        return index
+
+    def set_parent_input_modified(self, p: Tensor, infer_modified_regions: bool = False) -> None:
+        """Mark parent tensor `p` as modified by the call (its graph input becomes by-ref)."""
+        self.called_graph._by_ref_inputs.add(self.parent_to_graph(p))
+        self._op.modified = tuple(by_ref_indices(self._op))
+
+    @property
+    def op(self) -> Op:
+        """The call op."""
+        return self._op
+
+
+def _coerce(value: Any, graph_input: Tensor, parent: Graph) -> Tensor:
+    if isinstance(value, Tensor):
+        if value.graph is not parent:
+            raise ValueError(
+                f"{value.id} fed to {graph_input.id} is not in the calling graph {parent.id!r}"
+            )
+        return value
+    try:
+        data = np.asarray(value, dtype=graph_input.dtype.as_numpy())
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"Cannot feed {value!r} to graph input {graph_input.id}") from e
+    if data.size == 0:
+        raise TypeError(f"Cannot feed an empty value to graph input {graph_input.id}")
+    return constant(data, graph_input.dtype)
+
+
+def bind_inputs(
+    graph: Graph, inputs: Sequence[Any], inputs_dict: Mapping[Tensor, Any] | None, check_inputs: bool = True
+) -> list[Tensor]:
+    """The parent tensors for each input of `graph`, from positional and keyed values."""
+    parent = context.gcg()
+    flat: list[Any] = []
+    for v in inputs:
+        flat.extend(v if isinstance(v, list | tuple) else [v])
+    if len(flat) > len(graph.inputs):
+        raise ValueError(f"{len(flat)} inputs given but graph {graph.id!r} has only {len(graph.inputs)}")
+    bound = {i: _coerce(v, graph.inputs[i], parent) for i, v in enumerate(flat)}
+    for k, v in (inputs_dict or {}).items():
+        if not isinstance(k, Tensor) or k not in graph._inputs:
+            raise ValueError(f"{k!r} is not an input of graph {graph.id!r}")
+        i = graph._inputs.index(k)
+        if i in bound:
+            raise ValueError(f"Input {k.id} of graph {graph.id!r} is given twice")
+        bound[i] = _coerce(v, k, parent)
+    missing = [t.id for i, t in enumerate(graph.inputs) if i not in bound]
+    if missing:
+        connected = [t.id for i, t in enumerate(graph.inputs) if i in bound]
+        raise ValueError(
+            f"Graph {graph.id!r} is missing inputs.\n  missing: {missing}\n  connected: {connected}"
+        )
+    return [bound[i] for i in range(len(graph.inputs))]
+
+
+def _create(kind: Any, graph: Graph, parents: list[Tensor], attrs: dict[str, Any]) -> Op:
+    names = [t.name for t in graph.outputs]
+    by_ref = [i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs]
+    create_op(kind, parents, {"graph": graph, **attrs}, names=names, modified=by_ref)
+    op = context.gcg()._ops[-1]
+    graph._call_sites.append(op)
+    return op
+
+
+def call_with_info(
+    graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None, check_inputs: bool = True
+) -> CallSiteInfo:
+    """Call `graph` and return the call site's info."""
+    parents = bind_inputs(graph, inputs, inputs_dict, check_inputs)
+    return CallSiteInfo(_create(CALL, graph, parents, {}))
+
+
+def call(graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None) -> tuple[Tensor, ...]:
+    """Call `graph` and return its outputs in the current graph."""
+    return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
+
+
+def repeat(
+    graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
+) -> tuple[Tensor, ...]:
+    """Run `graph` `repeat_count` times; its K outputs feed its first K inputs on each next run."""
+    if repeat_count < 0:
+        raise ValueError(f"repeat_count must be >= 0, got {repeat_count}")
+    parents = bind_inputs(graph, inputs, inputs_dict)
+    return tuple(_create(REPEAT, graph, parents, {"count": int(repeat_count)}).outputs)

@@ -1,0 +1,301 @@
+"""Maths and shape ops of `popxl.ops`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import builtins
+
+import numpy as np
+
+from popxl import dtypes
+from popxl.creation import constant
+from popxl.op import OpDef, create_op
+from popxl.opdefs import elementwise as ew
+from popxl.opdefs import linalg, reduce
+from popxl.opdefs import shape as shape_ops
+from popxl.tensor import Tensor
+
+
+def _one(opdef: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None, name: str | None = None) -> Tensor:
+    return create_op(opdef, inputs, attrs, names=[name])[0]
+
+
+def add(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs + rhs` with broadcasting."""
+    return _one(ew.ADD, [lhs, rhs])
+
+
+def add_(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """`lhs += rhs` in place; returns the updated `lhs`."""
+    return create_op(ew.ADD_INPLACE, [lhs, rhs], modified=(0,))[0]
+
+
+def sub(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs - rhs` with broadcasting."""
+    return _one(ew.SUB, [lhs, rhs])
+
+
+def mul(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs * rhs` with broadcasting."""
+    return _one(ew.MUL, [lhs, rhs])
+
+
+def div(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs / rhs`; truncating division on integers."""
+    return _one(ew.DIV, [lhs, rhs])
+
+
+def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise C-style remainder."""
+    return _one(ew.FMOD, [lhs, rhs])
+
+
+def pow(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs ** rhs`."""
+    return _one(ew.POW, [lhs, rhs])
+
+
+def maximum(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise maximum."""
+    return _one(ew.MAXIMUM, [lhs, rhs])
+
+
+def minimum(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise minimum."""
+    return _one(ew.MINIMUM, [lhs, rhs])
+
+
+def equal(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs == rhs` as bool."""
+    return _one(ew.EQUAL, [lhs, rhs])
+
+
+def greater(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs > rhs` as bool."""
+    return _one(ew.GREATER, [lhs, rhs])
+
+
+def less(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs < rhs` as bool."""
+    return _one(ew.LESS, [lhs, rhs])
+
+
+def logical_and(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise logical and."""
+    return _one(ew.LOGICAL_AND, [lhs, rhs])
+
+
+def logical_or(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise logical or."""
+    return _one(ew.LOGICAL_OR, [lhs, rhs])
+
+
+def logical_not(t: Tensor) -> Tensor:
+    """Elementwise logical not."""
+    return _one(ew.LOGICAL_NOT, [t])
+
+
+def negate(t: Tensor) -> Tensor:
+    """Elementwise `-t`."""
+    return _one(ew.NEGATE, [t])
+
+
+def exp(t: Tensor) -> Tensor:
+    """Elementwise exponential."""
+    return _one(ew.EXP, [t])
+
+
+def log(t: Tensor) -> Tensor:
+    """Elementwise natural logarithm."""
+    return _one(ew.LOG, [t])
+
+
+def sqrt(t: Tensor) -> Tensor:
+    """Elementwise square root."""
+    return _one(ew.SQRT, [t])
+
+
+def tanh(t: Tensor) -> Tensor:
+    """Elementwise hyperbolic tangent."""
+    return _one(ew.TANH, [t])
+
+
+def sigmoid(t: Tensor) -> Tensor:
+    """Elementwise logistic sigmoid."""
+    return _one(ew.SIGMOID, [t])
+
+
+def relu(t: Tensor) -> Tensor:
+    """Elementwise max(t, 0)."""
+    return _one(ew.RELU, [t])
+
+
+def gelu(t: Tensor) -> Tensor:
+    """Elementwise GELU (tanh approximation, as popxl computes it)."""
+    return _one(ew.GELU, [t])
+
+
+def abs(t: Tensor) -> Tensor:
+    """Elementwise absolute value."""
+    return _one(ew.ABS, [t])
+
+
+def sin(t: Tensor) -> Tensor:
+    """Elementwise sine."""
+    return _one(ew.SIN, [t])
+
+
+def cos(t: Tensor) -> Tensor:
+    """Elementwise cosine."""
+    return _one(ew.COS, [t])
+
+
+def square(t: Tensor) -> Tensor:
+    """Elementwise square."""
+    return _one(ew.SQUARE, [t])
+
+
+def reciprocal(t: Tensor) -> Tensor:
+    """Elementwise 1 / t."""
+    return _one(ew.RECIPROCAL, [t])
+
+
+def identity(t: Tensor, output_name: str | None = None) -> Tensor:
+    """A copy of `t`."""
+    return _one(ew.IDENTITY, [t], name=output_name)
+
+
+def detach(t: Tensor) -> Tensor:
+    """A copy of `t` through which no gradient flows."""
+    return _one(ew.DETACH, [t])
+
+
+def cast(t: Tensor, data_type: Any) -> Tensor:
+    """`t` converted to `data_type`."""
+    return _one(ew.CAST, [t], {"dtype": dtypes.as_dtype(data_type)})
+
+
+def where(condition: Tensor, lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise `lhs` where `condition` holds, else `rhs`."""
+    return _one(ew.WHERE, [condition, lhs, rhs])
+
+
+def matmul(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Matrix product with NumPy's broadcasting rules."""
+    return _one(linalg.MATMUL, [lhs, rhs])
+
+
+def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool) -> Tensor:
+    ax = axis if axis is None or isinstance(axis, int) else tuple(axis)
+    return _one(opdef, [t], {"axis": ax, "keepdims": keepdims})
+
+
+def reduce_sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Sum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_SUM, t, axis, keepdims)
+
+
+def reduce_mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Mean over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_MEAN, t, axis, keepdims)
+
+
+def reduce_max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Maximum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_MAX, t, axis, keepdims)
+
+
+def reduce_min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Minimum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_MIN, t, axis, keepdims)
+
+
+def softmax(t: Tensor, axis: int) -> Tensor:
+    """Softmax along `axis`."""
+    if not -t.rank <= axis < t.rank:
+        raise ValueError(f"softmax axis {axis} is out of range for {t}")
+    return _one(reduce.SOFTMAX, [t], {"axis": axis})
+
+
+def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor:
+    """Normalise each group of channels of `t` (N, C, ...), then scale and shift per channel."""
+    return _one(reduce.GROUP_NORM, [t, weight, bias], {"num_groups": num_groups, "eps": eps})
+
+
+def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """Normalise each row of `t` (N, C), then scale and shift per channel."""
+    return group_norm(t, weight, bias, 1, eps)
+
+
+def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """`t` with a new shape of the same size (one -1 allowed)."""
+    return _one(shape_ops.RESHAPE, [t], {"shape": tuple(shape)})
+
+
+def flatten(t: Tensor) -> Tensor:
+    """`t` as a 1-D tensor."""
+    return reshape(t, (-1,))
+
+
+def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
+    """`t` with its axes permuted (reversed by default)."""
+    perm = None if permutation is None else tuple(permutation)
+    return _one(shape_ops.TRANSPOSE, [t], {"permutation": perm})
+
+
+def slice(
+    t: Tensor,
+    start: int | Sequence[int] | None = None,
+    stop: int | Sequence[int] | None = None,
+    step: int | Sequence[int] | None = None,
+    axis: int | Sequence[int] | None = None,
+) -> Tensor:
+    """Static slice of `t` along `axis` (all leading axes by default)."""
+    as_list = lambda v: [v] if isinstance(v, int) or v is None else list(v)  # noqa: E731
+    starts, stops, steps = as_list(start), as_list(stop), as_list(step)
+    n = max(len(starts), len(stops), len(steps))
+    axes = list(range(n)) if axis is None else as_list(axis)
+    slices: list[tuple[Any, Any, Any]] = [(None, None, None)] * t.rank
+    for k, ax in enumerate(axes):
+        pick = lambda vs: vs[k] if k < len(vs) else (vs[0] if len(vs) == 1 else None)  # noqa: E731
+        slices[ax] = (pick(starts), pick(stops), pick(steps))
+    return _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
+
+
+def concat(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Concatenation of `ts` along `axis`."""
+    return _one(shape_ops.CONCAT, list(ts), {"axis": axis})
+
+
+def expand(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """`t` broadcast to `shape`."""
+    return _one(shape_ops.EXPAND, [t], {"shape": tuple(shape)})
+
+
+def squeeze(t: Tensor, axes: Iterable[int] | None = None) -> Tensor:
+    """`t` without its size-1 axes (or just `axes`)."""
+    drop = {a % t.rank for a in axes} if axes is not None else {i for i, d in enumerate(t.shape) if d == 1}
+    return reshape(t, tuple(d for i, d in enumerate(t.shape) if i not in drop))
+
+
+def getitem(t: Tensor, key: Any) -> Tensor:
+    """`t[key]` for integer and slice keys."""
+    key = key if isinstance(key, tuple) else (key,)
+    if len(key) > t.rank:
+        raise IndexError(f"Too many indices ({len(key)}) for {t}")
+    slices: list[tuple[Any, Any, Any]] = []
+    drop = []
+    for i, k in enumerate(key):
+        if isinstance(k, int | np.integer):
+            k = int(k) % t.shape[i]
+            slices.append((k, k + 1, None))
+            drop.append(i)
+        elif isinstance(k, builtins.slice):
+            slices.append((k.start, k.stop, k.step))
+        else:
+            raise TypeError(f"Unsupported index {k!r} for {t}: use ints and slices")
+    out = _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
+    return squeeze(out, drop) if drop else out
+

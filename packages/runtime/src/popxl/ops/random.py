@@ -1,0 +1,38 @@
+"""Random ops of `popxl.ops`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popxl import dtypes
+from popxl.op import create_op
+from popxl.opdefs import random as r
+from popxl.tensor import Tensor
+
+
+def split_random_seed(seed: Tensor, count: int = 2) -> tuple[Tensor, ...]:
+    """`count` new seeds derived deterministically from `seed`."""
+    if count < 1:
+        raise ValueError(f"split_random_seed count must be >= 1, got {count}")
+    return tuple(create_op(r.SPLIT_SEED, [seed], {"count": count}))
+
+
+def random_uniform(
+    seed_tensor: Tensor, shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = dtypes.float32
+) -> Tensor:
+    """Uniform samples in [low, high)."""
+    attrs = {"shape": tuple(shape), "low": low, "high": high, "dtype": dtypes.as_dtype(dtype)}
+    return create_op(r.RANDOM_UNIFORM, [seed_tensor], attrs)[0]
+
+
+def random_normal(
+    seed_tensor: Tensor, shape: Any, mean: float = 0.0, std: float = 1.0, dtype: Any = dtypes.float32
+) -> Tensor:
+    """Normal samples with the given mean and standard deviation."""
+    attrs = {"shape": tuple(shape), "mean": mean, "std": std, "dtype": dtypes.as_dtype(dtype)}
+    return create_op(r.RANDOM_NORMAL, [seed_tensor], attrs)[0]
+
+
+def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
+    """`t` with elements zeroed with probability `p`, the rest scaled by 1/(1-p)."""
+    return create_op(r.DROPOUT, [t, seed_tensor], {"p": float(p)})[0]

@@ -1,0 +1,82 @@
+"""Remote buffers: off-chip arrays of `entries` tensors, one array per replica."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from popxl import context, dtypes
+from popxl.ir import Ir
+from popxl.replica_grouping import ReplicaGrouping
+
+
+class RemoteBuffer:
+    """Storage for `entries` tensors of one shape and dtype on every replica.
+
+    `entries` may grow after ops using the buffer exist; storage is sized by its
+    final value when a Session is created.
+    """
+
+    def __init__(self, ir: Ir, tensor_shape: tuple[int, ...], tensor_dtype: dtypes.dtype, entries: int = 1) -> None:
+        self._ir = ir
+        self.tensor_shape = tuple(int(s) for s in tensor_shape)
+        self.tensor_dtype = tensor_dtype
+        self.meta_shape: tuple[int, ...] = ()
+        self.remote_buffer_id = ir._next_buffer_id()
+        self._entries = 1
+        self.entries = entries
+
+    @property
+    def entries(self) -> int:
+        """Number of tensors the buffer holds."""
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: int) -> None:
+        if int(value) < 1:
+            raise ValueError(f"A remote buffer needs at least 1 entry, got {value}")
+        self._entries = int(value)
+
+    @property
+    def ir(self) -> Ir:
+        """The Ir that owns the buffer."""
+        return self._ir
+
+    def __hash__(self) -> int:
+        return hash((id(self._ir), self.remote_buffer_id))
+
+    def __repr__(self) -> str:
+        meta = f", meta_shape={self.meta_shape}" if self.meta_shape else ""
+        return (
+            f"RemoteBuffer(id={self.remote_buffer_id}, shape={self.tensor_shape}, "
+            f"dtype={self.tensor_dtype.name}, entries={self.entries}{meta})"
+        )
+
+
+def remote_buffer(tensor_shape: Any, tensor_dtype: Any, entries: int = 1) -> RemoteBuffer:
+    """A remote buffer of the current Ir."""
+    return RemoteBuffer(context.gir(), tuple(tensor_shape), dtypes.as_dtype(tensor_dtype), entries)
+
+
+def replica_sharded_buffer(
+    shape: Any,
+    dtype: Any,
+    replica_grouping: ReplicaGrouping | None = None,
+    shard_over: int | None = None,
+    entries: int = 1,
+) -> RemoteBuffer:
+    """A buffer holding one 1-D shard of a tensor of `shape` on each replica of a group."""
+    ir = context.gir()
+    grouping = replica_grouping if replica_grouping is not None else ir.replica_grouping()
+    shape = tuple(shape)
+    if grouping.num_groups > 1:
+        shape = shape[1:]
+    shard_over = grouping.group_size if shard_over is None else shard_over
+    if shard_over > grouping.group_size or grouping.group_size % shard_over:
+        raise ValueError(
+            f"shard_over={shard_over} must divide the group size {grouping.group_size} of {grouping}"
+        )
+    nelms = math.prod(shape)
+    buf = RemoteBuffer(ir, (-(-nelms // shard_over),), dtypes.as_dtype(dtype), entries)
+    buf.meta_shape = shape
+    return buf

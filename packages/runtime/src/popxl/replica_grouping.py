@@ -1,0 +1,123 @@
+"""Replica groupings: how the replicas of a program split into groups."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from popxl.ir import Ir
+
+
+class ReplicaGrouping:
+    """Groups of `group_size` replicas, members `stride` apart.
+
+    Replica r belongs to group `(r // (s*G))*s + r % s` with rank
+    `(r % (s*G)) // s`, for stride s and group size G.
+    """
+
+    def __init__(self, ir: Ir, stride: int = 1, group_size: int | None = None) -> None:
+        n = ir.replication_factor
+        if not 0 < stride <= n or n % stride:
+            raise ValueError(f"Replica grouping stride {stride} must divide the replication factor {n}")
+        group_size = n // stride if group_size is None else group_size
+        if not 0 < group_size <= n:
+            raise ValueError(f"Replica grouping group_size {group_size} must be in [1, {n}]")
+        if group_size == 1:
+            stride = 1
+        if n % (stride * group_size):
+            raise ValueError(
+                f"Replica grouping (stride={stride}, group_size={group_size}) does not tile "
+                f"the replication factor {n}"
+            )
+        self._ir = ir
+        self._n = n
+        self._stride = stride
+        self._group_size = group_size
+        self._assignment: tuple[int, ...] | None = None
+
+    @classmethod
+    def _from_assignment(cls, ir: Ir, assignment: list[int]) -> ReplicaGrouping:
+        g = cls.__new__(cls)
+        g._ir, g._n = ir, len(assignment)
+        g._stride, g._group_size = 0, assignment.count(0)
+        g._assignment = tuple(assignment)
+        return g
+
+    @property
+    def stride(self) -> int:
+        """Distance between consecutive members of a group."""
+        if not self.is_const:
+            raise NotImplementedError(f"{self} has no constant stride")
+        return self._stride
+
+    @property
+    def group_size(self) -> int:
+        """Number of replicas in each group."""
+        return self._group_size
+
+    @property
+    def num_groups(self) -> int:
+        """Number of groups."""
+        return self._n // self._group_size
+
+    @property
+    def replication_factor(self) -> int:
+        """Number of replicas the grouping covers."""
+        return self._n
+
+    @property
+    def is_const(self) -> bool:
+        """Whether the members of each group are a constant stride apart."""
+        return self._assignment is None
+
+    @property
+    def assignment(self) -> list[int]:
+        """The group of each replica, in replica order."""
+        if self._assignment is not None:
+            return list(self._assignment)
+        return [self.group_of(r) for r in range(self._n)]
+
+    def group_of(self, replica: int) -> int:
+        """The group replica `replica` belongs to."""
+        if self._assignment is not None:
+            return self._assignment[replica]
+        s, g = self._stride, self._group_size
+        return (replica // (s * g)) * s + replica % s
+
+    def rank_of(self, replica: int) -> int:
+        """The position of `replica` within its group."""
+        if self._assignment is not None:
+            return self.members(self._assignment[replica]).index(replica)
+        s, g = self._stride, self._group_size
+        return (replica % (s * g)) // s
+
+    def members(self, group: int) -> list[int]:
+        """The replicas of group `group`, in rank order."""
+        return [r for r in range(self._n) if self.group_of(r) == group]
+
+    def transpose(self) -> ReplicaGrouping:
+        """The grouping of first members of each group, then second members, and so on."""
+        if self.is_const and (self._stride == 1 or self._stride * self._group_size == self._n):
+            stride = 1 if self._stride > 1 else self._group_size
+            return ReplicaGrouping(self._ir, stride=stride, group_size=self.num_groups)
+        assignment = [0] * self._n
+        for g in range(self.num_groups):
+            for k, r in enumerate(self.members(g)):
+                assignment[r] = k
+        return ReplicaGrouping._from_assignment(self._ir, assignment)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReplicaGrouping):
+            raise TypeError(f"Cannot compare a ReplicaGrouping with {type(other).__name__}")
+        return self._ir is other._ir and self.assignment == other.assignment
+
+    def __hash__(self) -> int:
+        return hash((id(self._ir), tuple(self.assignment)))
+
+    def __repr__(self) -> str:
+        if self.is_const:
+            return (
+                f"ReplicaGrouping(num_replicas={self._n}, stride={self._stride}, "
+                f"group_size={self._group_size})"
+            )
+        return f"ReplicaGrouping(num_replicas={self._n}, assignment={self.assignment})"

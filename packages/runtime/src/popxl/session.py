@@ -1,0 +1,191 @@
+"""Session: compiles an Ir once and runs it, holding variables and remote buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from popxl import dtypes
+from popxl.ir import Ir
+from popxl.lowering import Program
+from popxl.streams import DeviceToHostStream, HostToDeviceStream
+from popxl.tensor import Constant, Tensor, Variable
+
+Array = np.ndarray[Any, Any]
+
+
+class Session:
+    """A compiled popxl program with its device state.
+
+    Use it as a context manager: entering attaches and copies the weights to the
+    device, leaving copies them back. `checks=False` skips the run-time index
+    checks; `replica_mode` picks one device per replica ("devices"), a one-device
+    simulation ("simulate") or the former when enough devices exist ("auto").
+    """
+
+    def __init__(
+        self,
+        ir: Ir,
+        device_desc: str = "cpu",
+        weights_to_host_on_exit: bool = True,
+        checks: bool = True,
+        replica_mode: str = "auto",
+    ) -> None:
+        self.ir = ir
+        self.weights_to_host_on_exit = weights_to_host_on_exit
+        self._program = Program(ir, device_desc, checks, replica_mode)
+        ir._session_created = True
+        self._host: dict[Variable, Array] = {v: v.host_data.copy() for v in self._program.variables}
+        self._state: Any = None
+        self._attached = 0
+        self._host_stale = False
+
+    @property
+    def is_attached(self) -> bool:
+        """Whether the session holds device state."""
+        return self._attached > 0
+
+    @property
+    def replica_mode(self) -> str:
+        """How replicas execute: 'devices' or 'simulate'."""
+        return self._program.mode
+
+    @property
+    def expected_inputs(self) -> list[HostToDeviceStream]:
+        """The host-to-device streams `run` needs data for."""
+        return list(self._program.h2d)
+
+    def __enter__(self) -> Session:
+        if self._attached == 0:
+            self._state = self._program.init_state(self._host)
+            self._host_stale = False
+        self._attached += 1
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._attached == 1 and exc_type is None and self.weights_to_host_on_exit:
+            self.weights_to_host()
+        self._attached -= 1
+        if self._attached == 0:
+            self._state = None
+
+    def _require_attached(self, what: str) -> None:
+        if not self.is_attached:
+            raise ValueError(f"Must be attached to device before calling {what}: use `with session:`")
+
+    def weights_from_host(self) -> None:
+        """Copy every variable's host value to every replica."""
+        self._require_attached("weights_from_host")
+        self._state = self._program.with_variables(self._state, self._host)
+        self._host_stale = False
+
+    def weights_to_host(self) -> None:
+        """Copy every variable's device value (first replica of each group) to the host."""
+        self._require_attached("weights_to_host")
+        self._host.update(self._program.read_variables(self._state, self._program.variables))
+        self._host_stale = False
+
+    def run(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[DeviceToHostStream, Array]:
+        """Execute the main graph once; returns one array per device-to-host stream."""
+        self._require_attached("run")
+        feeds = self._validated_inputs(dict(inputs or {}))
+        new_state, outputs = self._program.run(self._state, feeds)
+        self._state = new_state
+        self._host_stale = True
+        return {s: self._from_replica_major(outputs[s.tensor_id]) for s in self._program.d2h}
+
+    def _validated_inputs(self, inputs: dict[HostToDeviceStream, Any]) -> dict[str, Array]:
+        expected = self._program.h2d
+        unexpected = [s for s in inputs if not any(s is e for e in expected)]
+        missing = [s for s in expected if s not in inputs]
+        if unexpected or missing:
+            raise ValueError(
+                "Session.run inputs do not match the program's streams.\n"
+                f"  unexpected: {[getattr(s, 'tensor_id', s) for s in unexpected]}\n"
+                f"  missing: {[s.tensor_id for s in missing]}"
+            )
+        return {s.tensor_id: self._to_replica_major(s, inputs[s]) for s in expected}
+
+    def _host_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        nht, r = self.ir.num_host_transfers, self.ir.replication_factor
+        return (*((nht,) if nht > 1 else ()), *((r,) if r > 1 else ()), *shape)
+
+    def _to_replica_major(self, stream: HostToDeviceStream, data: Any) -> Array:
+        nht, r = self.ir.num_host_transfers, self.ir.replication_factor
+        arr = np.asarray(data)
+        want = self._host_shape(stream.shape)
+        if arr.dtype != stream.dtype.as_numpy():
+            if arr.dtype.kind not in "biuf" or dtypes.as_dtype(arr.dtype) is not stream.dtype:
+                raise ValueError(
+                    f"Input for stream '{stream.tensor_id}' has dtype {arr.dtype}, expected "
+                    f"{stream.dtype.as_numpy()} with shape {want}"
+                )
+            arr = arr.astype(stream.dtype.as_numpy())
+        ok = arr.ndim == len(want) and arr.shape[1:] == want[1:] and (nht == 1 or arr.shape[0] >= nht)
+        if nht == 1:
+            ok = arr.shape == want
+        if not ok:
+            raise ValueError(
+                f"Input for stream '{stream.tensor_id}' has shape {arr.shape}, expected {want} "
+                f"(num_host_transfers={nht}, replicas={r}, stream shape {stream.shape})"
+            )
+        if nht > 1:
+            arr = arr[:nht]
+        else:
+            arr = arr[None]
+        if r > 1:
+            arr = np.swapaxes(arr, 0, 1)
+        else:
+            arr = arr[None]
+        return np.ascontiguousarray(arr)
+
+    def _from_replica_major(self, out: Array) -> Array:
+        nht, r = self.ir.num_host_transfers, self.ir.replication_factor
+        arr = np.swapaxes(out, 0, 1) if r > 1 else out[0]
+        return np.ascontiguousarray(arr if nht > 1 else arr[0])
+
+    def write_variable_data(self, tensor: Variable, data: Any) -> None:
+        """Set the host value of `tensor` (and the device value when attached)."""
+        self.write_variables_data({tensor: data})
+
+    def write_variables_data(self, tensors: Mapping[Variable, Any]) -> None:
+        """Set the host values of several variables (and their device values when attached)."""
+        checked: dict[Variable, Array] = {}
+        for var, data in tensors.items():
+            if not isinstance(var, Variable):
+                raise TypeError(f"{var!r} is not a Variable")
+            if var.retrieval_mode == "all_replicas" and var.replica_grouping.num_groups > 1:
+                raise NotImplementedError(f"Writing {var.id} with retrieval mode 'all_replicas'")
+            arr = np.asarray(data, dtype=var.dtype.as_numpy()) if np.isscalar(data) else np.asarray(data)
+            if arr.dtype != var.dtype.as_numpy():
+                raise TypeError(f"Data for {var.id} has dtype {arr.dtype}, expected {var.dtype.as_numpy()}")
+            if arr.shape != var.shape_on_host:
+                raise ValueError(f"Data for {var.id} has shape {arr.shape}, expected {var.shape_on_host}")
+            if not any(var is v for v in self._program.variables):
+                raise ValueError(f"{var.id} is not a variable of this session's Ir")
+            checked[var] = arr.copy()
+        if self.is_attached and self._host_stale:
+            self.weights_to_host()
+        self._host.update(checked)
+        if self.is_attached:
+            self._state = self._program.with_variables(self._state, checked)
+
+    def get_tensor_data(self, tensor: Tensor) -> Array:
+        """The host value of a Variable or Constant."""
+        return self.get_tensors_data([tensor])[tensor]
+
+    def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, Array]:
+        """The host values of Variables and Constants."""
+        out: dict[Tensor, Array] = {}
+        for t in tensors:
+            if isinstance(t, Constant):
+                out[t] = t.data.copy()
+            elif isinstance(t, Variable):
+                if self.is_attached and self._host_stale:
+                    self.weights_to_host()
+                out[t] = self._host[t].copy()
+            else:
+                raise TypeError(f"{t} is neither a Variable nor a Constant")
+        return out

@@ -1,0 +1,273 @@
+"""Tensors: values of a graph, with popxl's ids, specs and operator overloads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from popxl import dtypes
+
+if TYPE_CHECKING:
+    from popxl.graph import Graph
+    from popxl.ir import Ir
+    from popxl.op import Op
+    from popxl.replica_grouping import ReplicaGrouping
+
+
+class TensorSpec(Mapping[str, Any]):
+    """Shape, dtype and meta_shape of a tensor, as a read-only mapping."""
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()
+    ) -> None:
+        self._items = {
+            "shape": tuple(int(s) for s in shape),
+            "dtype": dtypes.as_dtype(dtype),
+            "meta_shape": tuple(int(s) for s in meta_shape),
+        }
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the tensor."""
+        return self._items["shape"]  # type: ignore[no-any-return]
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        """Element type of the tensor."""
+        return self._items["dtype"]  # type: ignore[no-any-return]
+
+    @property
+    def meta_shape(self) -> tuple[int, ...]:
+        """Full shape of a replica-sharded tensor, `()` otherwise."""
+        return self._items["meta_shape"]  # type: ignore[no-any-return]
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype.name, self.meta_shape))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorSpec):
+            return NotImplemented
+        return (self.shape, self.dtype, self.meta_shape) == (other.shape, other.dtype, other.meta_shape)
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype}, meta_shape={self.meta_shape})"
+
+
+class Tensor:
+    """A value in one graph: a graph input, an op output, a constant or a variable."""
+
+    def __init__(self, graph: Graph, name: str, spec: TensorSpec) -> None:
+        self._graph = graph
+        self._spec = spec
+        self._id = graph._unique_id(name)
+        self.producer: Op | None = None
+        graph._tensors.append(self)
+
+    @property
+    def id(self) -> str:
+        """The full id: graph prefix, name scopes and name."""
+        return self._id
+
+    @property
+    def name(self) -> str:
+        """The id without the graph prefix."""
+        prefix = self._graph._tensor_prefix
+        return self._id[len(prefix) :] if prefix else self._id
+
+    @property
+    def graph(self) -> Graph:
+        """The graph that owns this tensor."""
+        return self._graph
+
+    @property
+    def ir(self) -> Ir:
+        """The Ir that owns this tensor."""
+        return self._graph.ir
+
+    @property
+    def spec(self) -> TensorSpec:
+        """Shape, dtype and meta_shape."""
+        return self._spec
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the tensor."""
+        return self._spec.shape
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        """Element type of the tensor."""
+        return self._spec.dtype
+
+    @property
+    def meta_shape(self) -> tuple[int, ...]:
+        """Full shape of a replica-sharded tensor, `()` otherwise."""
+        return self._spec.meta_shape
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def nelms(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"Tensor[{self.id} {self.dtype.name} {self.shape}]"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    # Operators build ops in the current graph; non-tensor operands take this tensor's dtype.
+    def __add__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.add(self, _operand(self, other))
+
+    def __radd__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.add(_operand(self, other), self)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.add_(self, _operand(self, other))
+
+    def __sub__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.sub(self, _operand(self, other))
+
+    def __rsub__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.sub(_operand(self, other), self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.mul(self, _operand(self, other))
+
+    def __rmul__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.mul(_operand(self, other), self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.div(self, _operand(self, other))
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.div(_operand(self, other), self)
+
+    def __mod__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.fmod(self, _operand(self, other))
+
+    def __matmul__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.matmul(self, _operand(self, other))
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.matmul(_operand(self, other), self)
+
+    def __neg__(self) -> Tensor:
+        from popxl import ops
+
+        return ops.negate(self)
+
+    def __getitem__(self, key: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.getitem(self, key)
+
+    def reshape(self, shape: tuple[int, ...]) -> Tensor:
+        """This tensor reshaped."""
+        from popxl import ops
+
+        return ops.reshape(self, shape)
+
+    def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        """This tensor with its axes permuted (reversed by default)."""
+        from popxl import ops
+
+        return ops.transpose(self, permutation)
+
+    @property
+    def T(self) -> Tensor:
+        """This tensor with its axes reversed."""
+        return self.transpose()
+
+
+def _operand(like: Tensor, value: Any) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    from popxl.creation import constant
+
+    data = np.asarray(value)
+    if data.size == 0:
+        raise ValueError(f"Operand {value!r} of an op with {like} has no elements.")
+    return constant(data.astype(like.dtype.as_numpy()), like.dtype)
+
+
+class Constant(Tensor):
+    """An immutable tensor whose value is fixed at build time."""
+
+    def __init__(self, graph: Graph, name: str, data: np.ndarray[Any, Any], dtype: dtypes.dtype) -> None:
+        super().__init__(graph, name, TensorSpec(data.shape, dtype))
+        self.data = data
+
+
+class Variable(Tensor):
+    """Persistent device state of the main graph, initialised from host data."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        name: str,
+        data: np.ndarray[Any, Any],
+        dtype: dtypes.dtype,
+        replica_grouping: ReplicaGrouping,
+        retrieval_mode: str,
+        meta_shape: tuple[int, ...] = (),
+    ) -> None:
+        shape = data.shape[1:] if replica_grouping.num_groups > 1 else data.shape
+        super().__init__(graph, name, TensorSpec(shape, dtype, meta_shape))
+        self.host_data = data
+        self.replica_grouping = replica_grouping
+        self.retrieval_mode = retrieval_mode
+
+    @property
+    def shape_on_host(self) -> tuple[int, ...]:
+        """Shape of the host data: a leading group axis when there is more than one group."""
+        if self.replica_grouping.num_groups > 1:
+            return (self.replica_grouping.num_groups, *self.shape)
+        return self.shape
+
+
+class TensorByRef(Tensor):
+    """Annotation for a `create_graph` argument that the graph may modify in place."""
