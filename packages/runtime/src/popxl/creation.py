@@ -14,7 +14,7 @@ from popxl.tensor import Constant, Variable
 def _as_array(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
     arr = np.asarray(data)
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.as_dtype(arr)
-    return np.ascontiguousarray(arr.astype(dt.as_numpy(), copy=False)), dt
+    return np.array(arr, dtype=dt.as_numpy(), order="C"), dt
 
 
 def constant(data: Any, dtype: Any | None = None, name: str | None = None) -> Constant:

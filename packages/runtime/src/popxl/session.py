@@ -144,7 +144,7 @@ class Session:
     def _from_replica_major(self, out: Array) -> Array:
         nht, r = self.ir.num_host_transfers, self.ir.replication_factor
         arr = np.swapaxes(out, 0, 1) if r > 1 else out[0]
-        return np.ascontiguousarray(arr if nht > 1 else arr[0])
+        return np.array(arr if nht > 1 else arr[0], order="C")
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the host value of `tensor` (and the device value when attached)."""

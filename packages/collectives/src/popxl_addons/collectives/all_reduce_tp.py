@@ -1,0 +1,91 @@
+"""Tensor-parallel all-reduces whose forward and gradient differ (Megatron-LM's f and g).
+
+One op kind, `replicated_all_reduce_TP`, with two flags: with
+`identical_inputs` the inputs are known to be equal across the group, so the
+forward is an identity; with `identical_grad_inputs` the incoming gradients
+are, so the gradient is an identity. An op flagged `identical_inputs` must be
+rewritten into an identity by `apply_pre_alias_patterns` before a Session is
+created, exactly as popxl-addons requires; a Session refuses it otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import popxl
+from popxl.extension import Op, OpDef, all_reduce_values, create_op, register
+
+SUPPORTED_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
+
+
+class PatternNotAppliedError(RuntimeError):
+    """A program still holds an op that only the op-to-identity rewrite can lower."""
+
+
+def _infer(specs: Sequence[popxl.TensorSpec], attrs: dict[str, Any]) -> list[popxl.TensorSpec]:
+    return [specs[0]]
+
+
+def _lower(ctx: Any, op: Op, x: Any) -> list[Any]:
+    return [all_reduce_values(ctx, x, "add", op.attrs["group"])]
+
+
+def _grad(gb: Any, op: Op, out_grads: Sequence[popxl.Tensor | None]) -> list[popxl.Tensor | None]:
+    (dy,) = out_grads
+    if dy is None:
+        return [None]
+    attrs = dict(op.attrs)
+    attrs["identical_inputs"], attrs["identical_grad_inputs"] = op.attrs["identical_grad_inputs"], op.attrs["identical_inputs"]
+    return [create_op(ALL_REDUCE_TP, [dy], attrs)[0]]
+
+
+def _check(op: Op) -> None:
+    if op.attrs["identical_inputs"]:
+        raise PatternNotAppliedError(
+            f"{op} is flagged identical_inputs: you need to run the `OpToIdentityPattern` pattern "
+            "(call popxl_addons.core.apply_pre_alias_patterns(ir)) before creating the Session"
+        )
+
+
+ALL_REDUCE_TP = register(
+    OpDef(
+        "replicated_all_reduce_TP",
+        _infer,
+        _lower,
+        grad=_grad,
+        check=_check,
+        identity_replaceable=lambda op: bool(op.attrs["identical_inputs"]),
+    )
+)
+
+
+def _create(t: popxl.Tensor, op: str, group: popxl.ReplicaGrouping | None, identical_inputs: bool, identical_grad_inputs: bool) -> popxl.Tensor:
+    if op not in SUPPORTED_OPS:
+        raise ValueError(f"Unknown collective op {op!r}: expected one of {SUPPORTED_OPS}")
+    if op != "add":
+        raise ValueError(f"replicated_all_reduce_TP supports only op='add' (CollectiveOperator::Add), got {op!r}")
+    group = group if group is not None else popxl.gir().replica_grouping()
+    attrs = {"op": op, "group": group, "identical_inputs": identical_inputs, "identical_grad_inputs": identical_grad_inputs}
+    return create_op(ALL_REDUCE_TP, [t], attrs)[0]
+
+
+def replicated_all_reduce_identical_inputs(
+    t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None
+) -> popxl.Tensor:
+    """Forward: identity (inputs are equal across `group`). Gradient: all-reduce sum over `group`."""
+    return _create(t, op, group, True, False)
+
+
+def replicated_all_reduce_identical_grad_inputs(
+    t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None
+) -> popxl.Tensor:
+    """Forward: all-reduce sum over `group`. Gradient: identity (gradients are equal across `group`)."""
+    return _create(t, op, group, False, True)
+
+
+def replicated_all_reduce(
+    t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None
+) -> popxl.Tensor:
+    """All-reduce sum over `group`, forward and gradient."""
+    return _create(t, op, group, False, False)

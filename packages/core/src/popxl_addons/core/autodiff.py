@@ -1,0 +1,84 @@
+"""popxl-addons' autodiff wrappers: named gradient graphs and in-place gradient accumulation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import popxl
+from popxl import ops
+from popxl.transforms import GradGraphInfo
+from popxl.transforms import autodiff as popxl_autodiff
+
+from popxl_addons.core.graph import GraphWithNamedArgs
+from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.patterns import apply_op_to_identity
+from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory
+
+
+def autodiff(
+    graph: GraphWithNamedArgs,
+    grads_provided: Iterable[popxl.Tensor] | None = None,
+    grads_required: Iterable[popxl.Tensor] | None = None,
+    called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+) -> GraphWithNamedArgs:
+    """The gradient graph of `graph`, with the op-to-identity rewrite applied to every gradient graph."""
+    infos: dict[popxl.Graph, GradGraphInfo] = popxl_autodiff(
+        graph.graph,
+        grads_provided,
+        grads_required,
+        dict(called_graphs_grad_info or {}),
+        return_all_grad_graphs=True,
+    )
+    apply_op_to_identity(info.graph for info in infos.values())
+    info = infos[graph.graph]
+    return GraphWithNamedArgs(info.graph, NamedTensors(), info)
+
+
+def _arg_name(graph: GraphWithNamedArgs, t: popxl.Tensor) -> str:
+    for name, arg in graph.args.named_tensors.items():
+        if arg is t:
+            return name
+    return re.sub(r"\W", "_", t.name)
+
+
+def autodiff_with_accumulation(
+    graph: GraphWithNamedArgs,
+    tensors_to_accumulate_grads: Iterable[popxl.Tensor],
+    grads_provided: Iterable[popxl.Tensor] | None = None,
+    grads_required: Iterable[popxl.Tensor] | None = None,
+    called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+    replica_groupings: Mapping[str, popxl.ReplicaGrouping] | None = None,
+) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+    """A gradient graph that keeps a running mean of the gradients of `tensors_to_accumulate_grads`.
+
+    The accumulators (`accum.<name>`) and their step counter (`mean_accum_counter`)
+    are by-reference inputs appended after the autodiff inputs; the graph outputs
+    only the gradients of `grads_required`.
+    """
+    accumulated = list(tensors_to_accumulate_grads)
+    required = list(grads_required or [])
+    dgraph = autodiff(graph, grads_provided, required + accumulated, called_graphs_grad_info)
+    groupings = dict(replica_groupings or {})
+    factories = NamedVariableFactories()
+    named = NamedTensors()
+    g = dgraph.graph
+    grads = g.outputs[len(required) :]
+    with g, popxl.in_sequence(False):
+        counter = popxl.graph_input((), popxl.float32, "mean_accum_counter", by_ref=True)
+        factories.insert("mean_accum_counter", VariableFactory(lambda: np.zeros((), np.float32), popxl.float32))
+        named.insert("mean_accum_counter", counter)
+        for t, grad in zip(accumulated, grads):
+            name = _arg_name(graph, t)
+            accum = popxl.graph_input(t.shape, t.dtype, f"accum.{name}", by_ref=True, meta_shape=t.meta_shape)
+            zeros = np.zeros(t.shape, t.dtype.as_numpy())
+            factories.insert(
+                f"accum.{name}",
+                VariableFactory(lambda z=zeros: z, t.dtype, f"accum.{name}", replica_grouping=groupings.get(name)),
+            )
+            named.insert(f"accum.{name}", accum)
+            ops.var_updates.accumulate_mean_(accum, grad, counter)
+        ops.var_updates.accumulate_(counter, popxl.constant(1.0, popxl.float32))
+    g._outputs = g._outputs[: len(required)]
+    return factories, GraphWithNamedArgs(g, named, dgraph.grad_graph_info)

@@ -1,0 +1,95 @@
+"""The load, compute and store pieces that every batch-serialisation schedule is built from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import popxl
+from popxl import ops
+
+from popxl_addons.core.batch_serialisation.handles import RemoteHandle
+from popxl_addons.core.remote import gather_replica_sharded
+
+Values = dict[popxl.Tensor, popxl.Tensor]
+
+
+@dataclass
+class StepIO:
+    """One micro-batch step of a compute graph: what it loads, passes through and stores."""
+
+    compute: popxl.Graph
+    steps: int
+    load_handles: Mapping[popxl.Tensor, Any]
+    store_streams: Mapping[popxl.Tensor, popxl.DeviceToHostStream]
+    store_buffers: Mapping[popxl.Tensor, RemoteHandle]
+    loaded: list[popxl.Tensor]
+    passed: list[popxl.Tensor]
+    stored: list[popxl.Tensor]
+    seed_input: popxl.Tensor | None
+    on_io_tiles: bool
+
+    @contextmanager
+    def exchange(self) -> Iterator[None]:
+        """The context transfers are created in: merged on IO tiles in the io modes."""
+        with popxl.transforms.io_tile_exchange() if self.on_io_tiles else nullcontext():
+            yield
+
+    def to_compute(self, t: popxl.Tensor) -> popxl.Tensor:
+        """`t` moved from the IO tiles to compute tiles (io modes only)."""
+        return ops.io_tile_copy(t) if self.on_io_tiles else t
+
+    def load(self, index: popxl.Tensor) -> Values:
+        """Load every loaded input for running index `index` (gather comes later)."""
+        values: Values = {}
+        for t in self.loaded:
+            handle = self.load_handles[t]
+            if isinstance(handle, popxl.HostToDeviceStream):
+                values[t] = ops.host_load(handle, t.name.split("/")[-1])
+            else:
+                values[t] = ops.remote_load(handle.buffer, handle.slot(index, self.steps))
+        return values
+
+    def gather(self, values: Values) -> Values:
+        """Move loads to compute tiles and gather the replica-sharded ones."""
+        out: Values = {}
+        for t, v in values.items():
+            v = self.to_compute(v)
+            handle = self.load_handles[t]
+            if isinstance(handle, RemoteHandle) and handle.sharded and v.meta_shape:
+                assert handle.shard_group is not None
+                v = gather_replica_sharded(v, handle.shard_group)
+            out[t] = v
+        return out
+
+    def run(self, loaded: Values, passed: Values, seed: popxl.Tensor | None) -> Values:
+        """Call the compute graph once; returns the value of each stored tensor, sliced if sharded."""
+        feeds = {**loaded, **passed}
+        if self.seed_input is not None:
+            assert seed is not None
+            feeds[self.seed_input] = seed
+        info = ops.call_with_info(self.compute, inputs_dict=feeds)
+        out: Values = {}
+        for t in self.stored:
+            v = feeds[t] if t in feeds else info.graph_to_parent(t)
+            handle = self.store_buffers.get(t)
+            if handle is not None and handle.sharded:
+                v = ops.collectives.replica_sharded_slice(v, handle.shard_group)
+            out[t] = v
+        return out
+
+    def store(self, values: Values, index: popxl.Tensor) -> None:
+        """Store each stored tensor's value for running index `index`."""
+        for t in self.stored:
+            v = values[t]
+            if t in self.store_streams:
+                ops.host_store(self.store_streams[t], v)
+            if t in self.store_buffers:
+                handle = self.store_buffers[t]
+                ops.remote_store(handle.buffer, handle.slot(index, self.steps), v)
+
+    def to_io(self, values: Values) -> Values:
+        """Move values to be stored onto the IO tiles (io modes only)."""
+        return {t: ops.io_tile_copy(v) if self.on_io_tiles else v for t, v in values.items()}

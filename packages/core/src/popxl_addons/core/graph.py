@@ -1,0 +1,73 @@
+"""Graphs with named arguments, and graphs bound to tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import popxl
+from popxl import ops
+from popxl.transforms import GradGraphInfo
+
+from popxl_addons.core.named_tensors import NamedTensors
+
+
+class BoundGraph:
+    """A graph with some inputs already connected to tensors of the calling graph."""
+
+    def __init__(self, graph: popxl.Graph, args: Mapping[popxl.Tensor, popxl.Tensor] | None = None) -> None:
+        self.graph = graph
+        self.args: dict[popxl.Tensor, popxl.Tensor] = dict(args or {})
+
+    def call(self, *targs: Any, args: Mapping[popxl.Tensor, Any] | None = None) -> tuple[popxl.Tensor, ...]:
+        """Call the graph; `args` adds to or overrides the bound inputs."""
+        return self.call_with_info(*targs, args=args).outputs
+
+    def call_with_info(self, *targs: Any, args: Mapping[popxl.Tensor, Any] | None = None) -> ops.CallSiteInfo:
+        """Call the graph and return the call site's info."""
+        return ops.call_with_info(self.graph, *targs, inputs_dict={**self.args, **(args or {})})
+
+    def bind(self, args: Mapping[popxl.Tensor, popxl.Tensor]) -> BoundGraph:
+        """A new BoundGraph with `args` added to the bindings."""
+        return BoundGraph(self.graph, {**self.args, **args})
+
+
+class GraphWithNamedArgs:
+    """A graph plus names for some of its inputs (usually its variables)."""
+
+    def __init__(
+        self,
+        graph: popxl.Graph,
+        args: NamedTensors | None = None,
+        grad_graph_info: GradGraphInfo | None = None,
+    ) -> None:
+        self.graph = graph
+        self.args = args if args is not None else NamedTensors()
+        self._grad_graph_info = grad_graph_info
+
+    @property
+    def grad_graph_info(self) -> GradGraphInfo:
+        """The autodiff info of a gradient graph (AttributeError if this is not one)."""
+        if self._grad_graph_info is None:
+            raise AttributeError(f"Graph {self.graph.id!r} has no grad_graph_info")
+        return self._grad_graph_info
+
+    @grad_graph_info.setter
+    def grad_graph_info(self, info: GradGraphInfo) -> None:
+        self._grad_graph_info = info
+
+    def bind(self, args: NamedTensors | None = None) -> BoundGraph:
+        """Bind the named inputs to the tensors of `args` with the same names."""
+        return BoundGraph(self.graph, self.args.to_mapping(args) if args is not None else {})
+
+    def call(self, *targs: Any, args: Mapping[popxl.Tensor, Any] | None = None) -> tuple[popxl.Tensor, ...]:
+        """Call the graph with nothing bound."""
+        return BoundGraph(self.graph).call(*targs, args=args)
+
+    def call_with_info(self, *targs: Any, args: Mapping[popxl.Tensor, Any] | None = None) -> ops.CallSiteInfo:
+        """Call the graph with nothing bound and return the call site's info."""
+        return BoundGraph(self.graph).call_with_info(*targs, args=args)
+
+    def copy(self) -> GraphWithNamedArgs:
+        """A shallow copy with its own args tree."""
+        return GraphWithNamedArgs(self.graph, self.args.copy(), self._grad_graph_info)

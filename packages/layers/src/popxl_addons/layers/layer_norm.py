@@ -1,0 +1,23 @@
+"""LayerNorm over the last axis of a 2-D input."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import popxl
+from popxl import ops
+from popxl_addons.core import Module
+
+
+class LayerNorm(Module):
+    """Normalise each row of an (N, C) input, then scale by `weight` and shift by `bias`."""
+
+    def build(self, x: popxl.Tensor, eps: float = 1e-5) -> popxl.Tensor:
+        """`(x - mean) / sqrt(var + eps) * weight + bias`, per row."""
+        if x.rank != 2:
+            raise ValueError(f"The input tensor must be of shape N x C, got {x.shape}")
+        c = x.shape[-1]
+        w = self.add_variable_input("weight", partial(np.ones, (c,)), x.dtype)
+        b = self.add_variable_input("bias", partial(np.zeros, (c,)), x.dtype)
+        return ops.layer_norm(x, w, b, eps)

@@ -1,0 +1,35 @@
+"""The runtime's extension point: define new op kinds outside the runtime.
+
+An extension defines an `OpDef` (shape inference, lowering, gradient rule,
+side effects, and optionally a `check` run when a Session is created and an
+`identity_replaceable` predicate for graph rewrites), registers it with
+`register`, and creates ops with `create_op`. Lowerings receive a lowering
+context; `all_reduce_values` and `gather_values` give extensions the
+runtime's collectives without touching JAX.
+"""
+
+from popxl.graph import Graph
+from popxl.op import REGISTRY, Op, OpDef, create_op, register
+from popxl.opdefs.collectives import all_reduce_values, gather_values
+from popxl.opdefs.elementwise import IDENTITY
+
+
+def replace_with_identity(op: Op) -> None:
+    """Rewrite `op` in place into an identity of its first input, keeping its output tensor."""
+    if len(op.inputs) < 1 or len(op.outputs) != 1:
+        raise ValueError(f"{op} cannot become an identity: it needs one output and at least one input")
+    op.opdef = IDENTITY
+    op.inputs = op.inputs[:1]
+    op.modified = ()
+    op.replaced_by_identity = True
+
+
+def identity_candidates(graph: Graph) -> list[Op]:
+    """The ops of `graph` whose op kind says they may be replaced by an identity."""
+    return [op for op in graph.ops if op.opdef.identity_replaceable is not None and op.opdef.identity_replaceable(op)]
+
+
+__all__ = [
+    "REGISTRY", "Op", "OpDef", "all_reduce_values", "create_op", "gather_values", "identity_candidates",
+    "register", "replace_with_identity",
+]
