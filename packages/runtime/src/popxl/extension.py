@@ -30,6 +30,13 @@ def identity_candidates(graph: Graph) -> list[Op]:
 
 
 __all__ = [
-    "REGISTRY", "Op", "OpDef", "all_reduce_values", "create_op", "gather_values", "identity_candidates",
-    "register", "replace_with_identity",
+    "REGISTRY",
+    "Op",
+    "OpDef",
+    "all_reduce_values",
+    "create_op",
+    "gather_values",
+    "identity_candidates",
+    "register",
+    "replace_with_identity",
 ]

@@ -112,4 +112,3 @@ class Ir:
 
     def __repr__(self) -> str:
         return f"Ir(replication_factor={self._replication_factor}, graphs={len(self.graphs)})"
-

@@ -73,9 +73,7 @@ def replica_sharded_buffer(
         shape = shape[1:]
     shard_over = grouping.group_size if shard_over is None else shard_over
     if shard_over > grouping.group_size or grouping.group_size % shard_over:
-        raise ValueError(
-            f"shard_over={shard_over} must divide the group size {grouping.group_size} of {grouping}"
-        )
+        raise ValueError(f"shard_over={shard_over} must divide the group size {grouping.group_size} of {grouping}")
     nelms = math.prod(shape)
     buf = RemoteBuffer(ir, (-(-nelms // shard_over),), dtypes.as_dtype(dtype), entries)
     buf.meta_shape = shape

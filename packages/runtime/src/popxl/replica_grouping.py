@@ -26,8 +26,7 @@ class ReplicaGrouping:
             stride = 1
         if n % (stride * group_size):
             raise ValueError(
-                f"Replica grouping (stride={stride}, group_size={group_size}) does not tile "
-                f"the replication factor {n}"
+                f"Replica grouping (stride={stride}, group_size={group_size}) does not tile the replication factor {n}"
             )
         self._ir = ir
         self._n = n
@@ -116,8 +115,5 @@ class ReplicaGrouping:
 
     def __repr__(self) -> str:
         if self.is_const:
-            return (
-                f"ReplicaGrouping(num_replicas={self._n}, stride={self._stride}, "
-                f"group_size={self._group_size})"
-            )
+            return f"ReplicaGrouping(num_replicas={self._n}, stride={self._stride}, group_size={self._group_size})"
         return f"ReplicaGrouping(num_replicas={self._n}, assignment={self.assignment})"

@@ -22,46 +22,46 @@ class TensorSpec(Mapping[str, Any]):
     def __init__(
         self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()
     ) -> None:
-        self._items = {
-            "shape": tuple(int(s) for s in shape),
-            "dtype": dtypes.as_dtype(dtype),
-            "meta_shape": tuple(int(s) for s in meta_shape),
-        }
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = dtypes.as_dtype(dtype)
+        self._meta_shape = tuple(int(s) for s in meta_shape)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """Shape of the tensor."""
-        return self._items["shape"]  # type: ignore[no-any-return]
+        return self._shape
 
     @property
     def dtype(self) -> dtypes.dtype:
         """Element type of the tensor."""
-        return self._items["dtype"]  # type: ignore[no-any-return]
+        return self._dtype
 
     @property
     def meta_shape(self) -> tuple[int, ...]:
         """Full shape of a replica-sharded tensor, `()` otherwise."""
-        return self._items["meta_shape"]  # type: ignore[no-any-return]
+        return self._meta_shape
 
     def __getitem__(self, key: str) -> Any:
-        return self._items[key]
+        if key not in ("shape", "dtype", "meta_shape"):
+            raise KeyError(key)
+        return getattr(self, key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
+        return iter(("shape", "dtype", "meta_shape"))
 
     def __len__(self) -> int:
-        return len(self._items)
+        return 3
 
     def __hash__(self) -> int:
-        return hash((self.shape, self.dtype.name, self.meta_shape))
+        return hash((self._shape, self._dtype.name, self._meta_shape))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorSpec):
             return NotImplemented
-        return (self.shape, self.dtype, self.meta_shape) == (other.shape, other.dtype, other.meta_shape)
+        return (self._shape, self._dtype, self._meta_shape) == (other._shape, other._dtype, other._meta_shape)
 
     def __repr__(self) -> str:
-        return f"TensorSpec(shape={self.shape}, dtype={self.dtype}, meta_shape={self.meta_shape})"
+        return f"TensorSpec(shape={self._shape}, dtype={self._dtype}, meta_shape={self._meta_shape})"
 
 
 class Tensor:

@@ -8,6 +8,8 @@ from popxl_addons.collectives.all_reduce_tp import (
 )
 
 __all__ = [
-    "PatternNotAppliedError", "replicated_all_reduce", "replicated_all_reduce_identical_grad_inputs",
+    "PatternNotAppliedError",
+    "replicated_all_reduce",
+    "replicated_all_reduce_identical_grad_inputs",
     "replicated_all_reduce_identical_inputs",
 ]

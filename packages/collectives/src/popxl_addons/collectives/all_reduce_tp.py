@@ -36,7 +36,10 @@ def _grad(gb: Any, op: Op, out_grads: Sequence[popxl.Tensor | None]) -> list[pop
     if dy is None:
         return [None]
     attrs = dict(op.attrs)
-    attrs["identical_inputs"], attrs["identical_grad_inputs"] = op.attrs["identical_grad_inputs"], op.attrs["identical_inputs"]
+    attrs["identical_inputs"], attrs["identical_grad_inputs"] = (
+        op.attrs["identical_grad_inputs"],
+        op.attrs["identical_inputs"],
+    )
     return [create_op(ALL_REDUCE_TP, [dy], attrs)[0]]
 
 
@@ -60,13 +63,20 @@ ALL_REDUCE_TP = register(
 )
 
 
-def _create(t: popxl.Tensor, op: str, group: popxl.ReplicaGrouping | None, identical_inputs: bool, identical_grad_inputs: bool) -> popxl.Tensor:
+def _create(
+    t: popxl.Tensor, op: str, group: popxl.ReplicaGrouping | None, identical_inputs: bool, identical_grad_inputs: bool
+) -> popxl.Tensor:
     if op not in SUPPORTED_OPS:
         raise ValueError(f"Unknown collective op {op!r}: expected one of {SUPPORTED_OPS}")
     if op != "add":
         raise ValueError(f"replicated_all_reduce_TP supports only op='add' (CollectiveOperator::Add), got {op!r}")
     group = group if group is not None else popxl.gir().replica_grouping()
-    attrs = {"op": op, "group": group, "identical_inputs": identical_inputs, "identical_grad_inputs": identical_grad_inputs}
+    attrs = {
+        "op": op,
+        "group": group,
+        "identical_inputs": identical_inputs,
+        "identical_grad_inputs": identical_grad_inputs,
+    }
     return create_op(ALL_REDUCE_TP, [t], attrs)[0]
 
 
@@ -84,8 +94,6 @@ def replicated_all_reduce_identical_grad_inputs(
     return _create(t, op, group, False, True)
 
 
-def replicated_all_reduce(
-    t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None
-) -> popxl.Tensor:
+def replicated_all_reduce(t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None) -> popxl.Tensor:
     """All-reduce sum over `group`, forward and gradient."""
     return _create(t, op, group, False, False)

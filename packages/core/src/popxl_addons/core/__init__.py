@@ -18,8 +18,24 @@ from popxl_addons.core.remote import create_remote_buffer, gather_replica_sharde
 from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory, add_variable_input
 
 __all__ = [
-    "IO_MODES", "BatchSerialResult", "BoundGraph", "DotTree", "GraphWithNamedArgs", "Module", "NamedTensors",
-    "NamedVariableFactories", "RemoteHandle", "VariableFactory", "add_variable_input", "apply_pre_alias_patterns",
-    "autodiff", "autodiff_with_accumulation", "batch_serial_buffer", "batch_serialise",
-    "batch_serialise_fwd_and_grad", "create_remote_buffer", "gather_replica_sharded", "replica_sharded_spec",
+    "IO_MODES",
+    "BatchSerialResult",
+    "BoundGraph",
+    "DotTree",
+    "GraphWithNamedArgs",
+    "Module",
+    "NamedTensors",
+    "NamedVariableFactories",
+    "RemoteHandle",
+    "VariableFactory",
+    "add_variable_input",
+    "apply_pre_alias_patterns",
+    "autodiff",
+    "autodiff_with_accumulation",
+    "batch_serial_buffer",
+    "batch_serialise",
+    "batch_serialise_fwd_and_grad",
+    "create_remote_buffer",
+    "gather_replica_sharded",
+    "replica_sharded_spec",
 ]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+
 import popxl
 from popxl import ops
 from popxl.transforms import GradGraphInfo
 from popxl.transforms import autodiff as popxl_autodiff
-
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.patterns import apply_op_to_identity
@@ -72,10 +73,10 @@ def autodiff_with_accumulation(
         for t, grad in zip(accumulated, grads):
             name = _arg_name(graph, t)
             accum = popxl.graph_input(t.shape, t.dtype, f"accum.{name}", by_ref=True, meta_shape=t.meta_shape)
-            zeros = np.zeros(t.shape, t.dtype.as_numpy())
+            zeros = partial(np.zeros, t.shape, t.dtype.as_numpy())
             factories.insert(
                 f"accum.{name}",
-                VariableFactory(lambda z=zeros: z, t.dtype, f"accum.{name}", replica_grouping=groupings.get(name)),
+                VariableFactory(zeros, t.dtype, f"accum.{name}", replica_grouping=groupings.get(name)),
             )
             named.insert(f"accum.{name}", accum)
             ops.var_updates.accumulate_mean_(accum, grad, counter)

@@ -8,7 +8,6 @@ from typing import Any
 import popxl
 from popxl import ops
 from popxl.transforms import GradGraphInfo
-
 from popxl_addons.core.named_tensors import NamedTensors
 
 

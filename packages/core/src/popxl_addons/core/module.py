@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import popxl
-
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory

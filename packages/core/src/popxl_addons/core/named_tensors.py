@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import popxl
-
 from popxl_addons.core.dot_tree import DotTree
 
 

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
+
 import popxl
 from popxl import ops
-
 from popxl_addons.core.dot_tree import DotTree
 from popxl_addons.core.named_tensors import NamedTensors
 
@@ -54,9 +54,7 @@ class VariableFactory:
         self.by_ref = by_ref
         self.replica_grouping = replica_grouping if replica_grouping is not None else popxl.gir().replica_grouping()
         if shard_over > self.replica_grouping.group_size:
-            raise AssertionError(
-                f"shard_over={shard_over} exceeds the group size {self.replica_grouping.group_size}"
-            )
+            raise AssertionError(f"shard_over={shard_over} exceeds the group size {self.replica_grouping.group_size}")
         self.shard_over = shard_over
         if shard_over > 1:
             self.meta_shape: tuple[int, ...] = data.shape

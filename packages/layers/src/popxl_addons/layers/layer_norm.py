@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+
 import popxl
 from popxl import ops
 from popxl_addons.core import Module

@@ -6,9 +6,9 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+
 import popxl
 from popxl_addons.core import Module
-
 from popxl_addons.layers.init import truncated_normal
 
 
@@ -44,7 +44,9 @@ class Linear(Module):
         return y
 
     @staticmethod
-    def torch_mapping(variables: Any, nn_layer: Any, dtype: Any = popxl.float32) -> dict[popxl.Tensor, np.ndarray[Any, Any]]:
+    def torch_mapping(
+        variables: Any, nn_layer: Any, dtype: Any = popxl.float32
+    ) -> dict[popxl.Tensor, np.ndarray[Any, Any]]:
         """Variable data taken from a torch.nn.Linear (its weight is transposed)."""
         np_dtype = popxl.dtypes.as_dtype(dtype).as_numpy()
         mapping = {variables.weight: nn_layer.weight.data.numpy().T.astype(np_dtype)}

@@ -46,7 +46,9 @@ def _platform(device_desc: str) -> str | None:
     global _warned_no_ipu
     if device_desc in _IPU_NAMES:
         if not _warned_no_ipu:
-            warnings.warn(f"Session device {device_desc!r}: no IPU is used, running on JAX's default device", stacklevel=4)
+            warnings.warn(
+                f"Session device {device_desc!r}: no IPU is used, running on JAX's default device", stacklevel=4
+            )
             _warned_no_ipu = True
         return None
     if device_desc in ("cpu", "gpu"):

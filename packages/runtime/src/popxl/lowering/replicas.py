@@ -9,6 +9,7 @@ and `vmap` (a simulation of all replicas on one device).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,16 +31,20 @@ class ReplicaMesh:
         for g in used:
             cuts |= {g.stride, g.stride * g.group_size}
         ordered = sorted(cuts)
-        for lo, hi in zip(ordered, ordered[1:]):
+        for lo, hi in itertools.pairwise(ordered):
             if hi % lo:
-                culprits = [g for g in used if lo in (g.stride, g.stride * g.group_size) or hi in (g.stride, g.stride * g.group_size)]
+                culprits = [
+                    g
+                    for g in used
+                    if lo in (g.stride, g.stride * g.group_size) or hi in (g.stride, g.stride * g.group_size)
+                ]
                 raise ValueError(
                     f"Replica groupings {culprits} cannot be expressed together as named axes of "
                     f"replication factor {r}: {lo} does not divide {hi}"
                 )
         self.replication_factor = r
         # (name, size, cut) from least to most significant digit.
-        self._digits = [(f"replica{i}", hi // lo, lo) for i, (lo, hi) in enumerate(zip(ordered, ordered[1:]))]
+        self._digits = [(f"replica{i}", hi // lo, lo) for i, (lo, hi) in enumerate(itertools.pairwise(ordered))]
 
     @property
     def axis_names(self) -> tuple[str, ...]:
@@ -62,7 +67,7 @@ class ReplicaMesh:
         """The rank of the current replica within its group."""
         rank = jnp.int32(0)
         weight = 1
-        for name, size, cut in self._digits:
+        for name, size, _cut in self._digits:
             if name in self.group_axes(group):
                 rank = rank + jax.lax.axis_index(name).astype(jnp.int32) * weight
                 weight *= size

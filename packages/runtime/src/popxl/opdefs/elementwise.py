@@ -45,13 +45,13 @@ COS = _unary("cos", jnp.cos)
 SQUARE = _unary("square", jnp.square)
 RECIPROCAL = _unary("reciprocal", jnp.reciprocal)
 LOGICAL_NOT = _unary("logical_not", jnp.logical_not, differentiable=False)
-IDENTITY = register(
-    OpDef("identity", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True))
-)
+IDENTITY = register(OpDef("identity", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True)))
 DETACH = register(OpDef("detach", like_input(0), lambda ctx, op, x: [jax.lax.stop_gradient(x)]))
 
 
-def _binary_infer(name: str, out_dtype: dtypes.dtype | None) -> Callable[[Sequence[TensorSpec], Attrs], list[TensorSpec]]:
+def _binary_infer(
+    name: str, out_dtype: dtypes.dtype | None
+) -> Callable[[Sequence[TensorSpec], Attrs], list[TensorSpec]]:
     def infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
         dt = same_dtype(name, specs)
         return [TensorSpec(broadcast(name, specs), out_dtype or dt)]
@@ -60,8 +60,12 @@ def _binary_infer(name: str, out_dtype: dtypes.dtype | None) -> Callable[[Sequen
 
 
 def _binary(
-    name: str, fn: Fn, grad_needs: dict[int, tuple[int, ...]] | None = None, linear: bool = False,
-    out_dtype: dtypes.dtype | None = None, differentiable: bool = True,
+    name: str,
+    fn: Fn,
+    grad_needs: dict[int, tuple[int, ...]] | None = None,
+    linear: bool = False,
+    out_dtype: dtypes.dtype | None = None,
+    differentiable: bool = True,
 ) -> OpDef:
     return register(
         OpDef(

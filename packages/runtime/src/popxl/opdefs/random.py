@@ -36,9 +36,7 @@ def _lower_split(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
     return list(jax.random.key_data(keys))
 
 
-SPLIT_SEED = register(
-    OpDef("split_random_seed", _split_infer, _lower_split, output_names=("split_random_seed_out",))
-)
+SPLIT_SEED = register(OpDef("split_random_seed", _split_infer, _lower_split, output_names=("split_random_seed_out",)))
 
 
 def _random_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:

@@ -91,9 +91,7 @@ class CallSiteInfo:
 def _coerce(value: Any, graph_input: Tensor, parent: Graph) -> Tensor:
     if isinstance(value, Tensor):
         if value.graph is not parent:
-            raise ValueError(
-                f"{value.id} fed to {graph_input.id} is not in the calling graph {parent.id!r}"
-            )
+            raise ValueError(f"{value.id} fed to {graph_input.id} is not in the calling graph {parent.id!r}")
         return value
     try:
         data = np.asarray(value, dtype=graph_input.dtype.as_numpy())
@@ -125,9 +123,7 @@ def bind_inputs(
     missing = [t.id for i, t in enumerate(graph.inputs) if i not in bound]
     if missing:
         connected = [t.id for i, t in enumerate(graph.inputs) if i in bound]
-        raise ValueError(
-            f"Graph {graph.id!r} is missing inputs.\n  missing: {missing}\n  connected: {connected}"
-        )
+        raise ValueError(f"Graph {graph.id!r} is missing inputs.\n  missing: {missing}\n  connected: {connected}")
     return [bound[i] for i in range(len(graph.inputs))]
 
 

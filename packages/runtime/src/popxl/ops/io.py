@@ -69,9 +69,7 @@ def io_tile_copy(t: Tensor) -> Tensor:
     return create_op(io.IO_TILE_COPY, [t])[0]
 
 
-def init(
-    shape: Any, dtype: Any, name: str | None = None, init_type: str = "zero", meta_shape: Any = ()
-) -> Tensor:
+def init(shape: Any, dtype: Any, name: str | None = None, init_type: str = "zero", meta_shape: Any = ()) -> Tensor:
     """A new tensor initialised to zeros ("undef" also gives zeros here)."""
     if init_type not in ("zero", "undef"):
         raise ValueError(f"init_type must be 'zero' or 'undef', got {init_type!r}")

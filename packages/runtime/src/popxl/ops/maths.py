@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Sequence
 from typing import Any
-
-import builtins
 
 import numpy as np
 
 from popxl import dtypes
-from popxl.creation import constant
 from popxl.op import OpDef, create_op
 from popxl.opdefs import elementwise as ew
 from popxl.opdefs import linalg, reduce
@@ -18,7 +16,9 @@ from popxl.opdefs import shape as shape_ops
 from popxl.tensor import Tensor
 
 
-def _one(opdef: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None, name: str | None = None) -> Tensor:
+def _one(
+    opdef: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None, name: str | None = None
+) -> Tensor:
     return create_op(opdef, inputs, attrs, names=[name])[0]
 
 
@@ -245,6 +245,12 @@ def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     return _one(shape_ops.TRANSPOSE, [t], {"permutation": perm})
 
 
+def _per_axis(value: int | Sequence[int] | None, n: int) -> list[int | None]:
+    if value is None or isinstance(value, int):
+        return [value] * n
+    return list(value)
+
+
 def slice(
     t: Tensor,
     start: int | Sequence[int] | None = None,
@@ -252,15 +258,14 @@ def slice(
     step: int | Sequence[int] | None = None,
     axis: int | Sequence[int] | None = None,
 ) -> Tensor:
-    """Static slice of `t` along `axis` (all leading axes by default)."""
-    as_list = lambda v: [v] if isinstance(v, int) or v is None else list(v)  # noqa: E731
-    starts, stops, steps = as_list(start), as_list(stop), as_list(step)
-    n = max(len(starts), len(stops), len(steps))
-    axes = list(range(n)) if axis is None else as_list(axis)
+    """Static slice of `t` along `axis` (the leading axes by default)."""
+    lengths = [len(v) for v in (start, stop, step, axis) if v is not None and not isinstance(v, int)]
+    n = lengths[0] if lengths else 1
+    axes = list(range(n)) if axis is None else _per_axis(axis, n)
     slices: list[tuple[Any, Any, Any]] = [(None, None, None)] * t.rank
-    for k, ax in enumerate(axes):
-        pick = lambda vs: vs[k] if k < len(vs) else (vs[0] if len(vs) == 1 else None)  # noqa: E731
-        slices[ax] = (pick(starts), pick(stops), pick(steps))
+    for ax, a, b, c in zip(axes, _per_axis(start, n), _per_axis(stop, n), _per_axis(step, n)):
+        assert ax is not None
+        slices[ax] = (a, b, c)
     return _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
 
 
@@ -298,4 +303,3 @@ def getitem(t: Tensor, key: Any) -> Tensor:
             raise TypeError(f"Unsupported index {k!r} for {t}: use ints and slices")
     out = _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
     return squeeze(out, drop) if drop else out
-

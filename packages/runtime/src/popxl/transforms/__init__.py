@@ -5,5 +5,10 @@ from popxl.transforms.autodiff import ExpectedConnection, ExpectedConnectionType
 from popxl.transforms.exchange import io_tile_exchange
 
 __all__ = [
-    "ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff", "io_tile_exchange", "merge_exchange",
+    "ExpectedConnection",
+    "ExpectedConnectionType",
+    "GradGraphInfo",
+    "autodiff",
+    "io_tile_exchange",
+    "merge_exchange",
 ]

@@ -173,9 +173,7 @@ def _stitch(forward: Graph, needed: Sequence[Tensor]) -> None:
             site.outputs.append(out)
 
 
-def _backward(
-    gb: GradBuilder, forward: Graph, grads: dict[Tensor, Tensor], wanted: set[Tensor]
-) -> None:
+def _backward(gb: GradBuilder, forward: Graph, grads: dict[Tensor, Tensor], wanted: set[Tensor]) -> None:
     for op in reversed(forward.ops):
         out_grads = [grads.get(t) for t in op.outputs]
         if all(g is None for g in out_grads) or not any(gb.wants(t) for t in op.inputs):

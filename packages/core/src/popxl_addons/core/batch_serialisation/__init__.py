@@ -7,6 +7,10 @@ from popxl_addons.core.batch_serialisation.result import BatchSerialResult
 from popxl_addons.core.batch_serialisation.transform import IO_MODES, batch_serialise
 
 __all__ = [
-    "IO_MODES", "BatchSerialResult", "RemoteHandle", "batch_serial_buffer", "batch_serialise",
+    "IO_MODES",
+    "BatchSerialResult",
+    "RemoteHandle",
+    "batch_serial_buffer",
+    "batch_serialise",
     "batch_serialise_fwd_and_grad",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import popxl
-
 from popxl_addons.core.remote import create_remote_buffer
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import popxl
 from popxl.transforms import ExpectedConnectionType, GradGraphInfo
-
 from popxl_addons.core.batch_serialisation.buffers import batch_serial_buffer
 from popxl_addons.core.batch_serialisation.handles import RemoteHandle, normalise
 from popxl_addons.core.batch_serialisation.result import BatchSerialResult
@@ -68,9 +67,7 @@ def batch_serialise_fwd_and_grad(
         group = shard_groups.get(t)
         buffers[t] = RemoteHandle(batch_serial_buffer(t, steps, rows, group), 0, group)
 
-    fwd_result = batch_serialise(
-        forward_graph, steps, load_handles, store_streams, buffers, seed_input, rows, io_mode
-    )
+    fwd_result = batch_serialise(forward_graph, steps, load_handles, store_streams, buffers, seed_input, rows, io_mode)
 
     grad_inputs = gradient_graph.graph.inputs
     grad_load_handles: dict[popxl.Tensor, Any] = {}
@@ -98,8 +95,6 @@ def batch_serialise_fwd_and_grad(
                 )
             grad_load_handles[grad_inputs[i]] = handle
 
-    grad_result = batch_serialise(
-        gradient_graph, steps, grad_load_handles, store_streams, buffers, None, rows, io_mode
-    )
+    grad_result = batch_serialise(gradient_graph, steps, grad_load_handles, store_streams, buffers, None, rows, io_mode)
     grad_result.graph.grad_graph_info = info
     return fwd_result, grad_result

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
+
 import popxl
 from popxl import ops
 
-RowOffset = Union[int, None, Callable[[popxl.Tensor], popxl.Tensor]]
+RowOffset = int | None | Callable[[popxl.Tensor], popxl.Tensor]
 
 
 @dataclass

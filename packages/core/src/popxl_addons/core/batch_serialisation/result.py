@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import popxl
-
 from popxl_addons.core.batch_serialisation.handles import RemoteHandle
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.named_tensors import NamedTensors

@@ -7,9 +7,9 @@ same values; they differ in when IO happens relative to compute.
 from __future__ import annotations
 
 import numpy as np
+
 import popxl
 from popxl import ops
-
 from popxl_addons.core.batch_serialisation.steps import StepIO, Values
 
 
@@ -69,7 +69,9 @@ def overlapped(io: StepIO, row: popxl.Tensor, seed: popxl.Tensor | None, passed:
         with body, popxl.in_sequence(True):
             b_index = popxl.graph_input((), popxl.int32, "index")
             b_seed = popxl.graph_input((2,), popxl.uint32, "seed") if seed is not None else None
-            b_loaded = {t: popxl.graph_input(v.shape, v.dtype, t.name, meta_shape=v.meta_shape) for t, v in loaded.items()}
+            b_loaded = {
+                t: popxl.graph_input(v.shape, v.dtype, t.name, meta_shape=v.meta_shape) for t, v in loaded.items()
+            }
             b_pending = {
                 t: popxl.graph_input(v.shape, v.dtype, f"stored_{k}", meta_shape=v.meta_shape)
                 for k, (t, v) in enumerate(pending.items())

@@ -9,7 +9,6 @@ from typing import Any
 
 import popxl
 from popxl import ops
-
 from popxl_addons.core.batch_serialisation.handles import RemoteHandle
 from popxl_addons.core.remote import gather_replica_sharded
 

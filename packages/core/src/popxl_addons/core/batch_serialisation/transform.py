@@ -7,7 +7,6 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import popxl
-
 from popxl_addons.core.batch_serialisation import schedules
 from popxl_addons.core.batch_serialisation.handles import RemoteHandle, normalise
 from popxl_addons.core.batch_serialisation.result import BatchSerialResult
@@ -50,7 +49,9 @@ def _check_handles(
             )
     for t, h in store_streams.items():
         if t.graph is compute and not isinstance(h, popxl.DeviceToHostStream):
-            raise TypeError(f"Incompatible handle in `store_streams` for {t.id}: expected a DeviceToHostStream, got {h!r}")
+            raise TypeError(
+                f"Incompatible handle in `store_streams` for {t.id}: expected a DeviceToHostStream, got {h!r}"
+            )
     for t, h in store_buffers.items():
         if t.graph is compute and not isinstance(h, RemoteHandle):
             raise TypeError(
@@ -110,7 +111,15 @@ def batch_serialise(
             for t in passed
         }
         io = StepIO(
-            compute, steps, load_handles, store_streams, store_buffers, loaded, passed, stored, seed_input,
+            compute,
+            steps,
+            load_handles,
+            store_streams,
+            store_buffers,
+            loaded,
+            passed,
+            stored,
+            seed_input,
             on_io_tiles=io_mode != "compute",
         )
         schedule = schedules.overlapped if io_mode == "io_overlapped" else schedules.sequential

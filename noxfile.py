@@ -1,0 +1,65 @@
+"""Sessions for the monorepo: per-package tests, type checks and lint, plus the demo and benchmarks."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["tests", "typecheck", "lint"]
+
+# Dependency order: a package's siblings are installed from their folders alongside it.
+PACKAGES = {
+    "runtime": ("popxl", []),
+    "core": ("popxl_addons.core", ["runtime"]),
+    "layers": ("popxl_addons.layers", ["runtime", "core"]),
+    "collectives": ("popxl_addons.collectives", ["runtime", "core"]),
+    "harness": ("popxl_addons.harness", ["runtime", "core", "layers", "collectives"]),
+}
+TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"]
+
+
+def _install(session: nox.Session, package: str) -> None:
+    _, siblings = PACKAGES[package]
+    paths = [f"packages/{p}" for p in [*siblings, package]]
+    session.install(*[arg for p in paths for arg in ("-e", p)])
+
+
+@nox.session
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """Run one package's tests."""
+    _install(session, package)
+    session.install(*TEST_DEPS)
+    session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("package", list(PACKAGES))
+def typecheck(session: nox.Session, package: str) -> None:
+    """mypy --strict on one package's sources."""
+    _install(session, package)
+    session.install("mypy>=1.10")
+    session.run("mypy", "-p", PACKAGES[package][0])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over every package, the benchmarks and this file."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", "packages", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "packages", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: the harness report over its built-in normal-vs-serialised cases."""
+    _install(session, "harness")
+    session.run("popxl-addons-harness", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark; figures go to benchmarks/results/."""
+    _install(session, "harness")
+    for script in ["compile_scaling", "replication", "batch_serialisation"]:
+        session.run("python", f"benchmarks/{script}.py", *session.posargs)
