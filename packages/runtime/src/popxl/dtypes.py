@@ -47,7 +47,11 @@ float32 = dtype("float32", np.float32, True, False)
 _ALL = (bool_, int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32)
 _BY_NUMPY: dict[np.dtype[Any], dtype] = {d.as_numpy(): d for d in _ALL}
 # 64-bit host data is narrowed, as popxl does for constants and session inputs.
-_DOWNCAST: dict[np.dtype[Any], dtype] = {np.dtype(np.int64): int32, np.dtype(np.uint64): uint32, np.dtype(np.float64): float32}
+_DOWNCAST: dict[np.dtype[Any], dtype] = {
+    np.dtype(np.int64): int32,
+    np.dtype(np.uint64): uint32,
+    np.dtype(np.float64): float32,
+}
 
 
 def as_dtype(x: Any) -> dtype:

@@ -19,9 +19,7 @@ if TYPE_CHECKING:
 class TensorSpec(Mapping[str, Any]):
     """Shape, dtype and meta_shape of a tensor, as a read-only mapping."""
 
-    def __init__(
-        self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()
-    ) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()) -> None:
         self._shape = tuple(int(s) for s in shape)
         self._dtype = dtypes.as_dtype(dtype)
         self._meta_shape = tuple(int(s) for s in meta_shape)

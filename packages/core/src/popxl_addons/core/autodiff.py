@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from functools import partial
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 import numpy as np
 

@@ -1,0 +1,223 @@
+"""Every maths and shape op against NumPy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_main
+
+import popxl
+from popxl import ops
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(3, 4)).astype(np.float32)
+Y = rng.normal(size=(3, 4)).astype(np.float32)
+POS = np.abs(X) + 0.5
+
+
+def _gelu(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+UNARY: dict[str, tuple[Callable[[popxl.Tensor], popxl.Tensor], Callable[..., Any], np.ndarray[Any, Any]]] = {
+    "negate": (ops.negate, np.negative, X),
+    "neg_operator": (lambda t: -t, np.negative, X),
+    "exp": (ops.exp, np.exp, X),
+    "log": (ops.log, np.log, POS),
+    "sqrt": (ops.sqrt, np.sqrt, POS),
+    "tanh": (ops.tanh, np.tanh, X),
+    "sigmoid": (ops.sigmoid, lambda x: 1 / (1 + np.exp(-x)), X),
+    "relu": (ops.relu, lambda x: np.maximum(x, 0), X),
+    "gelu": (ops.gelu, _gelu, X),
+    "abs": (ops.abs, np.abs, X),
+    "sin": (ops.sin, np.sin, X),
+    "cos": (ops.cos, np.cos, X),
+    "square": (ops.square, np.square, X),
+    "reciprocal": (ops.reciprocal, np.reciprocal, POS),
+    "identity": (ops.identity, lambda x: x, X),
+    "detach": (ops.detach, lambda x: x, X),
+    "io_tile_copy": (ops.io_tile_copy, lambda x: x, X),
+    "softmax": (lambda t: ops.softmax(t, axis=1), lambda x: np.exp(x) / np.exp(x).sum(1, keepdims=True), X),
+    "reduce_sum": (lambda t: ops.reduce_sum(t, 1), lambda x: x.sum(1), X),
+    "reduce_sum_all": (ops.reduce_sum, np.sum, X),
+    "reduce_mean_keep": (lambda t: ops.reduce_mean(t, 0, keepdims=True), lambda x: x.mean(0, keepdims=True), X),
+    "reduce_max": (lambda t: ops.reduce_max(t, [0, 1]), np.max, X),
+    "reduce_min": (lambda t: ops.reduce_min(t, -1), lambda x: x.min(-1), X),
+    "reshape": (lambda t: ops.reshape(t, (2, -1)), lambda x: x.reshape(2, -1), X),
+    "flatten": (ops.flatten, lambda x: x.reshape(-1), X),
+    "transpose": (ops.transpose, lambda x: x.T, X),
+    "T": (lambda t: t.T, lambda x: x.T, X),
+    "slice": (lambda t: ops.slice(t, 1, 3, axis=1), lambda x: x[:, 1:3], X),
+    "slice_step": (lambda t: ops.slice(t, [0, 0], [3, 4], [2, 2]), lambda x: x[0:3:2, 0:4:2], X),
+    "getitem": (lambda t: t[1], lambda x: x[1], X),
+    "getitem_slices": (lambda t: t[1:, ::2], lambda x: x[1:, ::2], X),
+    "expand": (lambda t: ops.expand(t, (2, 3, 4)), lambda x: np.broadcast_to(x, (2, 3, 4)), X),
+    "squeeze": (lambda t: ops.squeeze(ops.reshape(t, (1, 3, 1, 4))), lambda x: x, X),
+    "cast": (lambda t: ops.cast(t, popxl.int32), lambda x: x.astype(np.int32), X * 10),
+    "scale_operator": (lambda t: t * 3.0 + 1, lambda x: x * 3 + 1, X),
+    "rsub_operator": (lambda t: 1.0 - t, lambda x: 1 - x, X),
+    "rdiv_operator": (lambda t: 2.0 / t, lambda x: 2 / x, POS),
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary(name: str) -> None:
+    op, ref, data = UNARY[name]
+    out = run_main(lambda: {"y": op(popxl.constant(data))})["y"]
+    np.testing.assert_allclose(out, ref(data), rtol=1e-5, atol=1e-6)
+
+
+BINARY: dict[str, tuple[Callable[[popxl.Tensor, popxl.Tensor], popxl.Tensor], Callable[..., Any]]] = {
+    "add": (ops.add, np.add),
+    "add_operator": (lambda a, b: a + b, np.add),
+    "sub": (ops.sub, np.subtract),
+    "mul": (ops.mul, np.multiply),
+    "div": (ops.div, np.divide),
+    "pow": (lambda a, b: ops.pow(ops.abs(a), b), lambda a, b: np.abs(a) ** b),
+    "maximum": (ops.maximum, np.maximum),
+    "minimum": (ops.minimum, np.minimum),
+    "equal": (ops.equal, np.equal),
+    "greater": (ops.greater, np.greater),
+    "less": (ops.less, np.less),
+    "where": (lambda a, b: ops.where(ops.greater(a, b), a, b), lambda a, b: np.where(a > b, a, b)),
+    "logical_and": (
+        lambda a, b: ops.logical_and(ops.greater(a, b), ops.less(a, b)),
+        lambda a, b: np.logical_and(a > b, a < b),
+    ),
+    "logical_or": (
+        lambda a, b: ops.logical_or(ops.greater(a, b), ops.less(a, b)),
+        lambda a, b: np.logical_or(a > b, a < b),
+    ),
+    "logical_not": (lambda a, b: ops.logical_not(ops.greater(a, b)), lambda a, b: ~(a > b)),
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary(name: str) -> None:
+    op, ref = BINARY[name]
+    out = run_main(lambda: {"y": op(popxl.constant(X), popxl.constant(Y))})["y"]
+    np.testing.assert_allclose(out, ref(X, Y), rtol=1e-5)
+
+
+def test_broadcasting_add() -> None:
+    b = Y[0]
+    out = run_main(lambda: {"y": popxl.constant(X) + popxl.constant(b)})["y"]
+    np.testing.assert_allclose(out, X + b)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"), [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((4,), (4, 5))]
+)
+def test_matmul(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    a = rng.normal(size=a_shape).astype(np.float32)
+    b = rng.normal(size=b_shape).astype(np.float32)
+    out = run_main(lambda: {"y": popxl.constant(a) @ popxl.constant(b)})["y"]
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_integer_division_and_remainder_truncate() -> None:
+    a = np.array([7, -7, 7, -7, 6], np.int32)
+    b = np.array([2, 2, -2, -2, 3], np.int32)
+    out = run_main(lambda: {"q": popxl.constant(a) / popxl.constant(b), "r": popxl.constant(a) % popxl.constant(b)})
+    np.testing.assert_array_equal(out["q"], np.trunc(a / b).astype(np.int32))
+    np.testing.assert_array_equal(out["r"], np.fmod(a, b))
+
+
+def test_concat() -> None:
+    out = run_main(lambda: {"y": ops.concat([popxl.constant(X), popxl.constant(Y)], axis=1)})["y"]
+    np.testing.assert_array_equal(out, np.concatenate([X, Y], axis=1))
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_group_norm(groups: int) -> None:
+    w = rng.normal(size=(4,)).astype(np.float32)
+    b = rng.normal(size=(4,)).astype(np.float32)
+
+    def build() -> dict[str, popxl.Tensor]:
+        return {"y": ops.group_norm(popxl.constant(X), popxl.constant(w), popxl.constant(b), groups, eps=1e-5)}
+
+    g = X.reshape(3, groups, -1)
+    norm = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(X.shape)
+    np.testing.assert_allclose(run_main(build)["y"], norm * w + b, rtol=1e-4, atol=1e-5)
+
+
+def test_in_place_add_updates_the_variable() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(X, name="v")
+        alias = v
+        alias += popxl.constant(Y)
+        assert alias is not v
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+    np.testing.assert_allclose(session.get_tensor_data(v), X + Y)
+
+
+@pytest.mark.parametrize(
+    ("update", "ref"),
+    [
+        (lambda t, x: ops.var_updates.accumulate_(t, x, 0.5), lambda t, x: t + 0.5 * x),
+        (lambda t, x: ops.var_updates.accumulate_square_(t, x), lambda t, x: t + x * x),
+        (lambda t, x: ops.var_updates.accumulate_mean_(t, x, 3.0), lambda t, x: t * 3 / 4 + x / 4),
+        (lambda t, x: ops.var_updates.accumulate_moving_average_(t, x, 0.9), lambda t, x: 0.9 * t + 0.1 * x),
+        (lambda t, x: ops.var_updates.scaled_add_(t, x, 2.0, 3.0), lambda t, x: 2 * t + 3 * x),
+        (lambda t, x: ops.var_updates.copy_var_update_(t, x), lambda t, x: x),
+    ],
+)
+def test_var_updates(update: Callable[..., Any], ref: Callable[..., Any]) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(X, name="v")
+        update(v, popxl.constant(Y))
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+    np.testing.assert_allclose(session.get_tensor_data(v), ref(X, Y), rtol=1e-6)
+
+
+def test_random_ops_follow_the_seed() -> None:
+    seed = np.array([1, 2], np.uint32)
+
+    def build() -> dict[str, popxl.Tensor]:
+        s = popxl.constant(seed)
+        a, b = ops.split_random_seed(s)
+        return {
+            "u1": ops.random_uniform(a, (1000,)),
+            "u2": ops.random_uniform(a, (1000,)),
+            "n": ops.random_normal(b, (2000,), mean=1.0, std=2.0),
+            "d": ops.dropout(popxl.constant(np.ones((1000,), np.float32)), b, 0.25),
+        }
+
+    out = run_main(build)
+    np.testing.assert_array_equal(out["u1"], out["u2"])
+    assert out["u1"].min() >= 0 and out["u1"].max() < 1
+    assert abs(out["n"].mean() - 1.0) < 0.2 and abs(out["n"].std() - 2.0) < 0.2
+    kept = out["d"] != 0
+    np.testing.assert_allclose(out["d"][kept], 1 / 0.75)
+    assert 0.65 < kept.mean() < 0.85
+
+
+def test_op_errors_name_the_problem() -> None:
+    ir = popxl.Ir()
+    other = ir.create_empty_graph("other")
+    with other:
+        foreign = popxl.graph_input((2,), popxl.float32, "foreign")
+    with ir.main_graph:
+        a = popxl.constant(np.zeros((2, 3), np.float32))
+        with pytest.raises(ValueError, match="not in the current Graph"):
+            ops.add(a, foreign)
+        with pytest.raises(TypeError, match="not a popxl Tensor"):
+            ops.add(a, np.zeros(3))  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="share one dtype"):
+            ops.add(a, popxl.constant(np.zeros((2, 3), np.int32)))
+        with pytest.raises(ValueError, match="do not broadcast"):
+            ops.add(a, popxl.constant(np.zeros((4,), np.float32)))
+        with pytest.raises(ValueError, match="matmul shapes"):
+            ops.matmul(a, a)
+        with pytest.raises(ValueError, match="Cannot reshape"):
+            ops.reshape(a, (4,))
+        with pytest.raises(ValueError, match="no elements"):
+            _ = a + np.zeros((0,))
