@@ -8,8 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
 from popxl.transforms import ExpectedConnectionType, autodiff
 
@@ -205,7 +206,9 @@ def test_linear_input_gradient_of_the_seed_normal_path() -> None:
         def linear(x: popxl.Tensor, weight: popxl.Tensor, bias: popxl.Tensor) -> popxl.Tensor:
             return x @ weight + bias
 
-        graph = ir.create_graph(linear, h.spec, popxl.TensorSpec((2, 2), popxl.float32), popxl.TensorSpec((2,), popxl.float32))
+        graph = ir.create_graph(
+            linear, h.spec, popxl.TensorSpec((2, 2), popxl.float32), popxl.TensorSpec((2,), popxl.float32)
+        )
         info = autodiff(graph, grads_required=graph.inputs[:1])
         assert [ec.fwd_tensor.name for ec in info.expected_inputs] == ["add_out", "weight"]
         weight = popxl.variable(w, name="weight")
@@ -252,7 +255,13 @@ def test_two_layer_mlp_sgd_matches_jax() -> None:
             err = ops.gelu(x @ w1) @ w2 - y
             return ops.reduce_mean(err * err)
 
-        graph = ir.create_graph(loss_fn, hx.spec, hy.spec, popxl.TensorSpec((4, 16), popxl.float32), popxl.TensorSpec((16, 2), popxl.float32))
+        graph = ir.create_graph(
+            loss_fn,
+            hx.spec,
+            hy.spec,
+            popxl.TensorSpec((4, 16), popxl.float32),
+            popxl.TensorSpec((16, 2), popxl.float32),
+        )
         info = autodiff(graph, grads_required=graph.inputs[2:])
         w1 = popxl.variable(w1_0, name="w1")
         w2 = popxl.variable(w2_0, name="w2")

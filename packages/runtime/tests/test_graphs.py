@@ -91,6 +91,8 @@ def test_call_input_validation() -> None:
             ops.call(g, a, inputs_dict={a: a})
         with pytest.raises(TypeError, match="Cannot feed"):
             ops.call(g, a, "x")
+        with pytest.raises(ValueError, match=r"expects float32 \(2,\)"):
+            ops.call(g, a, popxl.constant(np.zeros(3, np.float32)))
 
 
 def test_by_ref_input_modified_in_call_reaches_the_variable() -> None:

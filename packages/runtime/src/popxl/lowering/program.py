@@ -85,6 +85,7 @@ class Program:
                 f"{available[0].platform} device(s)"
             )
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
+        self._placement: Any = self.mesh.sharding(self.replica_devices) if self.replica_devices else self.device
         self.sites = CheckSites() if checks else None
         self._step = jax.jit(self.mesh.per_replica(self._replica_step, self.replica_devices))
 
@@ -108,7 +109,7 @@ class Program:
         return new_state, ctx.world["out"], ctx.world["error"]
 
     def _put(self, x: np.ndarray[Any, Any]) -> jax.Array:
-        return jax.device_put(x, self.device)
+        return jax.device_put(x, self._placement)
 
     def replica_values(self, var: Variable, host: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Per-replica values `(R, *shape)` of `var` from its host layout."""

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from popxl.replica_grouping import ReplicaGrouping
 
@@ -99,9 +99,14 @@ class ReplicaMesh:
 
         return run
 
-    def _shard_mapped(self, fn: Callable[..., Any], devices: list[Any]) -> Callable[..., Any]:
+    def sharding(self, devices: list[Any]) -> NamedSharding:
+        """The sharding that puts replica r's slice of a leading replica axis on device r."""
         mesh = Mesh(np.asarray(devices[: self.replication_factor]).reshape(self.axis_sizes), self.axis_names)
-        spec = PartitionSpec(self.axis_names)
+        return NamedSharding(mesh, PartitionSpec(self.axis_names))
+
+    def _shard_mapped(self, fn: Callable[..., Any], devices: list[Any]) -> Callable[..., Any]:
+        sharding = self.sharding(devices)
+        mesh, spec = sharding.mesh, sharding.spec
 
         def local(*args: Any) -> Any:
             squeezed = jax.tree.map(lambda x: x[0], args)
