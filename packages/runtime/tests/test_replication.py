@@ -86,7 +86,7 @@ def test_collectives_for_every_grouping(n: int, mode: str) -> None:
     x = rng.normal(size=(n, 3, 5)).astype(np.float32)
     for stride, size in _groupings(n):
 
-        def build(t: popxl.Tensor) -> dict[str, popxl.Tensor]:
+        def build(t: popxl.Tensor, stride: int = stride, size: int = size) -> dict[str, popxl.Tensor]:
             g = popxl.gir().replica_grouping(stride, size)
             c = ops.collectives
             return {

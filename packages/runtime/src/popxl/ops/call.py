@@ -92,6 +92,11 @@ def _coerce(value: Any, graph_input: Tensor, parent: Graph) -> Tensor:
     if isinstance(value, Tensor):
         if value.graph is not parent:
             raise ValueError(f"{value.id} fed to {graph_input.id} is not in the calling graph {parent.id!r}")
+        if (value.shape, value.dtype) != (graph_input.shape, graph_input.dtype):
+            raise ValueError(
+                f"{value.id} ({value.dtype.name} {value.shape}) fed to graph input {graph_input.id} "
+                f"which expects {graph_input.dtype.name} {graph_input.shape}"
+            )
         return value
     try:
         data = np.asarray(value, dtype=graph_input.dtype.as_numpy())
