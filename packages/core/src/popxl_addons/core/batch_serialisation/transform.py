@@ -42,10 +42,20 @@ def _check_handles(
     store_buffers: MutableMapping[popxl.Tensor, Any],
 ) -> None:
     for t, h in load_handles.items():
-        if t in compute._inputs and not isinstance(h, popxl.HostToDeviceStream | RemoteHandle):
+        if t not in compute._inputs:
+            continue
+        if not isinstance(h, popxl.HostToDeviceStream | RemoteHandle):
             raise TypeError(
                 f"Incompatible handle in `load_handles` for {t.id}: expected a HostToDeviceStream, "
                 f"a RemoteHandle or a (RemoteBuffer, int or None[, group]) tuple, got {h!r}"
+            )
+        if isinstance(h, popxl.HostToDeviceStream):
+            given = (h.shape, h.dtype)
+        else:
+            given = (h.buffer.meta_shape if h.sharded else h.buffer.tensor_shape, h.buffer.tensor_dtype)
+        if given != (t.shape, t.dtype):
+            raise ValueError(
+                f"The load handle of {t.id} gives {given[1].name} {given[0]}, but the input is {t.dtype.name} {t.shape}"
             )
     for t, h in store_streams.items():
         if t.graph is compute and not isinstance(h, popxl.DeviceToHostStream):

@@ -1,0 +1,54 @@
+"""DotTree and NamedTensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import popxl
+from popxl_addons.core import DotTree, NamedTensors
+
+
+def test_dot_tree_insert_access_and_order() -> None:
+    t: DotTree[int] = DotTree()
+    t.insert("b.y", 2)
+    t.insert("a", 1)
+    t.insert("b.x", 3)
+    t.insert(0, 4)
+    assert t.to_dict() == {"b.y": 2, "b.x": 3, "a": 1, "0": 4}
+    assert t.b.x == 3 and t["b.y"] == 2 and t[0] == 4
+    assert t.unpack() == (["0", "a", "b.x", "b.y"], [4, 1, 3, 2])
+    assert DotTree.pack(*t.unpack()).to_dict() == dict(zip(*t.unpack()))
+    with pytest.raises(ValueError, match="already exists"):
+        t.insert("a", 5)
+    t.insert("a", 5, overwrite=True)
+    with pytest.raises(ValueError, match="not a valid key"):
+        t.insert("a-b", 1)
+    with pytest.raises(ValueError, match="non-negative"):
+        t.insert(-1, 1)
+    with pytest.raises(KeyError):
+        t["zz"]
+    with pytest.raises(AttributeError):
+        _ = t.zz
+    copy = t.copy()
+    copy.b.insert("z", 9)
+    assert "b.z" not in t and "b.z" in copy
+    assert t.filter_keys(["a"]).to_dict() == {"a": 5}
+    assert t.map(lambda v: v * 2).to_dict()["b.x"] == 6
+    assert t.pop("b.x") == 3 and "b.x" not in t
+
+
+def test_named_tensors_sort_remap_and_mapping() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        b = popxl.variable(np.zeros(1, np.float32), name="b")
+        a = popxl.variable(np.zeros(1, np.float32), name="a")
+        c = popxl.variable(np.zeros(1, np.float32), name="c")
+    named = NamedTensors.from_dict({"x.second": b, "first": a})
+    assert named.tensors == (a, b)
+    assert named.named_tensors == {"x.second": b, "first": a}
+    assert named.remap({a: c, b: a}).to_dict() == {"x.second": a, "first": c}
+    with pytest.raises(KeyError):
+        named.remap({a: c})
+    other = NamedTensors.from_dict({"first": c, "unrelated": b})
+    assert named.to_mapping(other) == {a: c}
