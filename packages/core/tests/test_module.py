@@ -67,8 +67,13 @@ def test_module_builds_several_graphs_and_inlines() -> None:
         f1, g1 = m.create_graph(popxl.TensorSpec((2, 3), popxl.float32))
         f2, g2 = m.create_graph(popxl.TensorSpec((4, 5), popxl.float32))
         assert g1.graph is not g2.graph and g2.args.weight.shape == (5, 3)
-        with g1.graph:
-            pass
+        assert f1.weight.shape == (3, 3) and f2.weight.shape == (5, 3)
+        outer = ir.create_empty_graph("outer")
+        with outer:
+            x = popxl.graph_input((2, 3), popxl.float32, "x")
+            y = m(x)
+        assert y.graph is outer and not any(op.name == "call" for op in outer.ops)
+        assert [t.name for t in outer.inputs] == ["x", "weight", "bias"]
     with pytest.raises(AttributeError, match="grad_graph_info"):
         _ = g1.grad_graph_info
 
