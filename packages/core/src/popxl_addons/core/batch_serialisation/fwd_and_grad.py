@@ -76,13 +76,9 @@ def batch_serialise_fwd_and_grad(
         name = _name_of(named_inputs_for_grad_graph, t)
         if name is not None:
             activation_args.insert(name, grad_inputs[i], overwrite=True)
-        elif t in fwd_result.stored_buffers:
-            grad_load_handles[grad_inputs[i]] = fwd_result.stored_buffers[t]
         else:
-            raise RuntimeError(
-                f"Fwd Connection {t.id} (gradient input {i}) is missing: it is neither a named input for "
-                "the gradient graph nor stored by the forward graph"
-            )
+            # Every other activation was given a buffer above, so the forward loop stored it.
+            grad_load_handles[grad_inputs[i]] = fwd_result.stored_buffers[t]
     activation_args.update(gradient_graph.args, overwrite=True)
     gradient_graph.args = activation_args
     for i, ec in enumerate(info.expected_inputs):
