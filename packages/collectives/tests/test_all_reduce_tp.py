@@ -53,7 +53,7 @@ def test_forward_and_gradient_for_every_grouping(name: str, n: int) -> None:
             group = ir.replica_grouping(stride, size)
             h = popxl.h2d_stream((3,), popxl.float32, "x")
             hd = popxl.h2d_stream((3,), popxl.float32, "dy")
-            graph = ir.create_graph(lambda t: fn(t, group=group), h.spec)
+            graph = ir.create_graph(lambda t, group=group: fn(t, group=group), h.spec)
             info = autodiff(graph)
             apply_pre_alias_patterns(ir)
             site = ops.call_with_info(graph, ops.host_load(h))

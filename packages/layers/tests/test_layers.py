@@ -58,7 +58,7 @@ def test_linear_forward_and_gradients() -> None:
 def test_linear_without_bias_and_default_init() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
-        args, graph = Linear(7, bias=False).create_graph(popxl.TensorSpec((2, 300), popxl.float32))
+        args, _graph = Linear(7, bias=False).create_graph(popxl.TensorSpec((2, 300), popxl.float32))
         assert sorted(args.to_dict()) == ["weight"]
         w = args.init().weight.host_data
     assert w.shape == (300, 7) and np.abs(w).max() <= 0.04
