@@ -146,6 +146,18 @@ class Session:
         arr = np.swapaxes(out, 0, 1) if r > 1 else out[0]
         return np.array(arr if nht > 1 else arr[0], order="C")
 
+    def memory_analysis(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[str, int]:
+        """XLA's memory figures (bytes) for the compiled program: temp, argument, output and code size."""
+        self._require_attached("memory_analysis")
+        compiled = self._program.compiled(self._state, self._validated_inputs(dict(inputs or {})))
+        stats = compiled.memory_analysis()
+        return {
+            "temp": int(stats.temp_size_in_bytes),
+            "argument": int(stats.argument_size_in_bytes),
+            "output": int(stats.output_size_in_bytes),
+            "code": int(stats.generated_code_size_in_bytes),
+        }
+
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the host value of `tensor` (and the device value when attached)."""
         self.write_variables_data({tensor: data})

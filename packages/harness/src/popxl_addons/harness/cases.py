@@ -1,0 +1,110 @@
+"""Describing equivalence cases once and expanding them into variants."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from popxl_addons.core import IO_MODES, Module
+
+# Where the serialised graph stores its output: a remote buffer with each row-offset kind, or a host stream.
+STORES = ("zero", "int", "none", "callable", "stream")
+LOADS = ("stream", "buffer")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Replicas as tensor-parallel x data-parallel (`tp` consecutive replicas per TP group)."""
+
+    tp: int = 1
+    dp: int = 1
+
+    @property
+    def replication(self) -> int:
+        """Total number of replicas."""
+        return self.tp * self.dp
+
+    @property
+    def label(self) -> str:
+        """Short name, as used in case ids."""
+        return "single" if self.replication == 1 else f"tp{self.tp}xdp{self.dp}"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A module checked serialised against not serialised, over a cross product of settings.
+
+    `module(layout)` builds the module inside the main graph of an Ir with
+    `layout.replication` replicas; its graph takes one input of `input_shape`.
+    With `grad`, forward and gradient are serialised together and the input
+    gradients and accumulated weight gradients are compared. `chain` > 1
+    chains that many forward graphs through one buffer. `shard_activation`
+    stores the first activation sharded across each tensor-parallel group.
+    """
+
+    name: str
+    module: Callable[[Layout], Module]
+    input_shape: tuple[int, ...]
+    grad: bool = False
+    io_modes: tuple[str, ...] = IO_MODES
+    steps: tuple[int, ...] = (1, 2, 4)
+    rows: tuple[int, ...] = (1, 2)
+    stores: tuple[str, ...] = ("zero",)
+    loads: tuple[str, ...] = ("stream",)
+    layouts: tuple[Layout, ...] = (Layout(),)
+    chain: int = 1
+    shard_activation: bool = False
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for mode in self.io_modes:
+            if mode not in IO_MODES:
+                raise ValueError(f"Case {self.name!r}: unknown io_mode {mode!r}, expected one of {IO_MODES}")
+        for store in self.stores:
+            if store not in STORES:
+                raise ValueError(f"Case {self.name!r}: unknown store kind {store!r}, expected one of {STORES}")
+        for load in self.loads:
+            if load not in LOADS:
+                raise ValueError(f"Case {self.name!r}: unknown load kind {load!r}, expected one of {LOADS}")
+        if self.grad and self.chain > 1:
+            raise ValueError(f"Case {self.name!r}: chains are forward-only")
+
+    def variants(self) -> list[Variant]:
+        """Every combination of the case's settings."""
+        return [
+            Variant(self, *combo)
+            for combo in itertools.product(self.io_modes, self.steps, self.rows, self.stores, self.loads, self.layouts)
+        ]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One concrete setting of a case."""
+
+    case: Case
+    io_mode: str
+    steps: int
+    rows: int
+    store: str
+    load: str
+    layout: Layout = field(default_factory=Layout)
+
+    @property
+    def label(self) -> str:
+        """The settings, such as `io_overlapped-steps4-rows2-tp4xdp2`."""
+        parts = [self.io_mode, f"steps{self.steps}", f"rows{self.rows}"]
+        if len(self.case.stores) > 1:
+            parts.append(f"store_{self.store}")
+        if len(self.case.loads) > 1:
+            parts.append(f"load_{self.load}")
+        if self.layout.replication > 1 or len(self.case.layouts) > 1:
+            parts.append(self.layout.label)
+        return "-".join(parts)
+
+    @property
+    def id(self) -> str:
+        """The case name with its settings, such as `ffn_tp[io_overlapped-steps4-rows1-tp4xdp2]`."""
+        return f"{self.case.name}[{self.label}]"

@@ -1,0 +1,138 @@
+"""Running a variant's two programs on identical data and comparing every result."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import popxl
+from popxl_addons.harness.cases import Variant
+from popxl_addons.harness.programs import (
+    Program,
+    feed,
+    host_data,
+    micro_batches,
+    normal_program,
+    serialised_program,
+    store_slot,
+)
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass
+class TensorReport:
+    """How far one compared tensor is from its reference."""
+
+    name: str
+    max_abs: float
+    max_rel: float
+    where: tuple[int, ...]
+    ok: bool
+
+    def describe(self) -> str:
+        """One line: the tensor, its errors and where the largest one is."""
+        status = "ok" if self.ok else "MISMATCH"
+        return f"{self.name}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g} at {self.where} [{status}]"
+
+
+@dataclass
+class Outcome:
+    """The result of checking one variant."""
+
+    variant: Variant
+    tensors: list[TensorReport] = field(default_factory=list)
+    temp_bytes: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Whether every tensor matched and nothing failed."""
+        return self.error is None and bool(self.tensors) and all(t.ok for t in self.tensors)
+
+    @property
+    def max_abs(self) -> float:
+        """Largest absolute error over all tensors."""
+        return max((t.max_abs for t in self.tensors), default=float("nan"))
+
+    def report(self) -> str:
+        """A readable account of every tensor, or of the failure."""
+        lines = [f"{self.variant.id}: {'passed' if self.passed else 'FAILED'}"]
+        if self.error:
+            lines.append(self.error)
+        lines.extend("  " + t.describe() for t in self.tensors)
+        return "\n".join(lines)
+
+
+def compare(name: str, actual: Array, expected: Array, rtol: float, atol: float) -> TensorReport:
+    """Errors of `actual` against `expected`."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        return TensorReport(f"{name} (shape {actual.shape} != {expected.shape})", float("inf"), float("inf"), (), False)
+    diff = np.abs(actual - expected)
+    if diff.size == 0:
+        return TensorReport(name, 0.0, 0.0, (), True)
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    rel = diff / np.maximum(np.abs(expected), 1e-12)
+    ok = bool(np.all(diff <= atol + rtol * np.abs(expected)))
+    return TensorReport(name, float(diff.max()), float(rel.max()), tuple(int(i) for i in worst), ok)
+
+
+def _run(program: Program, data: dict[str, Array], seed: int, measure: bool) -> tuple[dict[str, Array], float, int]:
+    session = popxl.Session(program.ir, "cpu")
+    rng = np.random.default_rng(seed)
+    variables = [v for v in program.weights.tensors if isinstance(v, popxl.Variable)]
+    weights = {v: rng.normal(0, 0.5, size=v.shape_on_host).astype(v.dtype.as_numpy()) for v in variables}
+    session.write_variables_data(weights)
+    feeds = feed(program, data)
+    with session:
+        out = session.run(feeds)
+        results = {name: out[stream] for name, stream in program.outputs.items()}
+        results.update({f"accum.{k}": session.get_tensor_data(t) for k, t in program.results.to_dict().items()})
+        seconds, temp = float("nan"), -1
+        if measure:
+            start = time.perf_counter()
+            session.run(feeds)
+            seconds = time.perf_counter() - start
+            temp = session.memory_analysis(feeds)["temp"]
+    return results, seconds, temp
+
+
+def _expected_order(variant: Variant) -> list[int]:
+    """For each serialised output position, the micro-batch whose value it should hold."""
+    if variant.case.grad or variant.case.chain > 1 or variant.store == "stream":
+        return list(range(micro_batches(variant)))
+    last_writer: dict[int, int] = {}
+    for n in range(variant.rows):
+        for j in range(variant.steps):
+            last_writer[store_slot(variant, n, j)] = n * variant.steps + j
+    return [last_writer[store_slot(variant, n, j)] for n in range(variant.rows) for j in range(variant.steps)]
+
+
+def check(variant: Variant, measure: bool = False) -> Outcome:
+    """Build, run and compare the normal and serialised programs of `variant`."""
+    outcome = Outcome(variant)
+    try:
+        normal, serial = normal_program(variant), serialised_program(variant)
+        data = host_data(variant, normal, np.random.default_rng(variant.case.seed))
+        expected, t_normal, m_normal = _run(normal, data, variant.case.seed, measure)
+        actual, t_serial, m_serial = _run(serial, data, variant.case.seed, measure)
+    except Exception:  # reported per variant, so that one failure does not hide the others
+        outcome.error = traceback.format_exc()
+        return outcome
+    outcome.seconds = {"normal": t_normal, "serialised": t_serial}
+    outcome.temp_bytes = {"normal": m_normal, "serialised": m_serial}
+    order = _expected_order(variant)
+    case = variant.case
+    for name in expected:
+        ref, got = expected[name], actual[name]
+        if name in ("y", "dx") and micro_batches(variant) > 1:
+            ref = ref[order]
+        outcome.tensors.append(compare(name, got, ref, case.rtol, case.atol))
+    return outcome
