@@ -54,7 +54,10 @@ def lint(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: the harness report over its built-in normal-vs-serialised cases."""
     _install(session, "harness")
-    session.run("popxl-addons-harness", *session.posargs)
+    session.run(
+        "popxl-addons-harness",
+        *(session.posargs or ["--json", "out/harness.json", "--html", "out/harness.html", "--plot", "out/schedule.png"]),
+    )
 
 
 @nox.session

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -138,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for o in failed:
         console.print(o.report(), markup=False)
     console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed")
+    for path in (args.json, args.html, args.plot):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if args.json:
         report.write_json(outcomes, args.json)
     if args.html:
