@@ -38,7 +38,7 @@ def tests(session: nox.Session, package: str) -> None:
 def typecheck(session: nox.Session, package: str) -> None:
     """mypy --strict on one package's sources."""
     _install(session, package)
-    session.install("mypy>=1.10")
+    session.install("mypy>=1.10", "pytest>=8")
     session.run("mypy", "-p", PACKAGES[package][0])
 
 
@@ -54,10 +54,8 @@ def lint(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: the harness report over its built-in normal-vs-serialised cases."""
     _install(session, "harness")
-    session.run(
-        "popxl-addons-harness",
-        *(session.posargs or ["--json", "out/harness.json", "--html", "out/harness.html", "--plot", "out/schedule.png"]),
-    )
+    reports = ["--json", "out/harness.json", "--html", "out/harness.html", "--plot", "out/schedule.png"]
+    session.run("popxl-addons-harness", *(session.posargs or reports))
 
 
 @nox.session

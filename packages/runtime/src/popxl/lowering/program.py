@@ -105,8 +105,12 @@ class Program:
         }
         ctx = LoweringContext(world, host_inputs, self.mesh, self.sites)
         env = execute(ctx, self.ir.main_graph, {v: state["vars"][v.id] for v in self.variables})
-        new_state = {"vars": {v.id: env[v] for v in self.variables}, "buffers": ctx.world["buffers"]}
-        return new_state, ctx.world["out"], ctx.world["error"]
+        # Only state the program wrote is returned: XLA would otherwise copy every unchanged array.
+        written = {
+            "vars": {v.id: env[v] for v in self.variables if env[v] is not state["vars"][v.id]},
+            "buffers": {k: b for k, b in ctx.world["buffers"].items() if b is not state["buffers"][k]},
+        }
+        return written, ctx.world["out"], ctx.world["error"]
 
     def _put(self, x: np.ndarray[Any, Any]) -> jax.Array:
         return jax.device_put(x, self._placement)
@@ -155,13 +159,14 @@ class Program:
         Raises OutOfRangeError (and returns nothing) if a checked index was out of range.
         """
         device_inputs = {k: self._put(v) for k, v in inputs.items()}
-        new_state, outputs, error = self._step(state, device_inputs)
+        written, outputs, error = self._step(state, device_inputs)
         codes = np.asarray(error["code"])
         if self.sites is not None and codes.any():
             replica = int(np.flatnonzero(codes)[0])
             where = self.sites.descriptions[int(codes[replica]) - 1]
             index = int(np.asarray(error["index"])[replica])
             raise OutOfRangeError(f"{where.format(index=index)} (replica {replica}); nothing was changed")
+        new_state = {part: {**state[part], **written[part]} for part in ("vars", "buffers")}
         return new_state, {k: np.asarray(v) for k, v in outputs.items()}
 
     def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:

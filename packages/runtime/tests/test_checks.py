@@ -1,0 +1,116 @@
+"""No silent wrong numbers: out-of-range transfers raise, failed runs change nothing, runs are deterministic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import popxl
+from popxl import ops
+from popxl.lowering.program import OutOfRangeError
+
+
+def _program(fault: str) -> tuple[popxl.Ir, dict[str, object]]:
+    """A program that bumps a variable and writes a buffer, then makes one out-of-range transfer."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        v = popxl.variable(np.zeros(2, np.float32), name="v")
+        buf = popxl.remote_buffer((2,), popxl.float32, entries=3)
+        h = popxl.h2d_stream((2,), popxl.float32, "x")
+        d = popxl.d2h_stream((2,), popxl.float32, "y")
+        index = popxl.h2d_stream((), popxl.int32, "index")
+        ops.var_updates.accumulate_(v, popxl.constant(np.ones(2, np.float32)))
+        ops.remote_store(buf, 0, v)
+        i = ops.host_load(index)
+        x = ops.host_load(h)
+        if fault == "remote_load":
+            ops.host_store(d, ops.remote_load(buf, i))
+        elif fault == "remote_store":
+            ops.remote_store(buf, i, x)
+            ops.host_store(d, x)
+        elif fault == "host_load":
+            ops.host_store(d, x + ops.host_load(h))
+        else:
+            ops.host_store(d, x)
+            ops.host_store(d, x)
+    return ir, {"v": v, "buf": buf, "h": h, "d": d, "index": index}
+
+
+@pytest.mark.parametrize(
+    ("fault", "index", "message"),
+    [
+        ("remote_load", 3, r"remote_load from remote buffer 1: index 3 is out of range \[0, 3\)"),
+        ("remote_store", -1, r"remote_store to remote buffer 1: index -1 is out of range \[0, 3\)"),
+        ("host_load", 0, r"host_load from stream 'x': index 1 is out of range \[0, 1\)"),
+        ("host_store", 0, r"host_store to stream 'y': index 1 is out of range \[0, 1\)"),
+    ],
+)
+def test_out_of_range_transfers_raise_and_change_nothing(fault: str, index: int, message: str) -> None:
+    ir, t = _program(fault)
+    with popxl.Session(ir, "cpu") as s:
+        good = {t["h"]: np.ones(2, np.float32), t["index"]: np.int32(1)}
+        if fault in ("remote_load", "remote_store"):
+            s.run(good)
+            np.testing.assert_array_equal(s.get_tensor_data(t["v"]), 1)
+        buffers_before = {k: np.asarray(b) for k, b in s._state["buffers"].items()}
+        with pytest.raises(OutOfRangeError, match=message):
+            s.run({t["h"]: np.ones(2, np.float32), t["index"]: np.int32(index)})
+        expected = 1 if fault in ("remote_load", "remote_store") else 0
+        np.testing.assert_array_equal(s.get_tensor_data(t["v"]), expected)
+        for k, b in s._state["buffers"].items():
+            np.testing.assert_array_equal(np.asarray(b), buffers_before[k])
+        if fault in ("remote_load", "remote_store"):
+            s.run(good)
+            np.testing.assert_array_equal(s.get_tensor_data(t["v"]), 2)
+
+
+def test_checks_can_be_turned_off() -> None:
+    ir, t = _program("remote_load")
+    with popxl.Session(ir, "cpu", checks=False) as s:
+        out = s.run({t["h"]: np.ones(2, np.float32), t["index"]: np.int32(7)})
+    # Unchecked, XLA clamps the index to the last entry, which was never written.
+    np.testing.assert_array_equal(out[t["d"]], 0)
+
+
+def test_out_of_range_inside_a_loop_names_the_index() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((1,), popxl.float32, entries=4)
+        body = ir.create_empty_graph("body")
+        with body:
+            i = popxl.graph_input((), popxl.int32, "i")
+            ops.remote_store(buf, i, popxl.constant(np.ones(1, np.float32)))
+            popxl.graph_output(i + 1)
+        ops.repeat(body, 6, 0)
+    with popxl.Session(ir, "cpu") as s, pytest.raises(OutOfRangeError, match="index 4 is out of range"):
+        s.run()
+
+
+def _random_program(replicas: int) -> tuple[popxl.Ir, popxl.HostToDeviceStream, popxl.DeviceToHostStream]:
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph:
+        h = popxl.h2d_stream((4, 4), popxl.float32, "x")
+        seed = popxl.variable(np.array([3, 4], np.uint32), popxl.uint32, name="seed")
+        x = ops.host_load(h)
+        a, b = ops.split_random_seed(seed)
+        y = ops.dropout(ops.gelu(x @ x), a, 0.3) + ops.random_normal(b, (4, 4))
+        y = ops.collectives.replicated_all_reduce(ops.softmax(y, 1), "mean")
+        d = popxl.d2h_stream((4, 4), popxl.float32, "y")
+        ops.host_store(d, y)
+    return ir, h, d
+
+
+def test_runs_are_deterministic_and_replica_modes_agree() -> None:
+    x = np.random.default_rng(0).normal(size=(4, 4, 4)).astype(np.float32)
+    results: dict[str, list[np.ndarray]] = {}
+    for mode in ("devices", "simulate", "devices", "simulate"):
+        ir, h, d = _random_program(4)
+        with popxl.Session(ir, "cpu", replica_mode=mode) as s:
+            results.setdefault(mode, []).extend([s.run({h: x})[d], s.run({h: x})[d]])
+    for runs in results.values():
+        for r in runs[1:]:
+            np.testing.assert_array_equal(r, runs[0])
+    # XLA may fuse and rewrite a batched program differently from a per-device one (for example a
+    # division into a multiplication by a reciprocal), so the modes agree to rounding, not to the bit.
+    np.testing.assert_allclose(results["devices"][0], results["simulate"][0], rtol=1e-6, atol=1e-7)
+    assert not np.allclose(results["devices"][0][0], results["devices"][0][0, 0, 0])
