@@ -9,8 +9,9 @@ import statistics
 import jax
 import jax.numpy as jnp
 import numpy as np
-import popxl
 from common import interleaved, save, timed
+
+import popxl
 from popxl import ops
 
 
@@ -89,10 +90,14 @@ def main() -> None:
         "mlp_ratio_popxl_over_jax": mlp["ratio"],
     }
     path = save("compile_scaling", figures)
-    print(f"compile(repeat 256) / compile(repeat 2) = {figures['compile_ratio_256_over_2']:.3f} "
-          f"({c256 * 1e3:.1f} ms / {c2 * 1e3:.1f} ms)")
-    print(f"MLP forward popxl / hand-written JAX = {mlp['ratio']:.3f} "
-          f"({mlp['popxl_s'] * 1e3:.2f} ms / {mlp['jax_s'] * 1e3:.2f} ms)")
+    print(
+        f"compile(repeat 256) / compile(repeat 2) = {figures['compile_ratio_256_over_2']:.3f} "
+        f"({c256 * 1e3:.1f} ms / {c2 * 1e3:.1f} ms)"
+    )
+    print(
+        f"MLP forward popxl / hand-written JAX = {mlp['ratio']:.3f} "
+        f"({mlp['popxl_s'] * 1e3:.2f} ms / {mlp['jax_s'] * 1e3:.2f} ms)"
+    )
     print(f"written to {path}")
 
 
