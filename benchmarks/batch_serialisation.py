@@ -84,6 +84,10 @@ def _jax_train(params: Any, xs: jax.Array, dys: jax.Array, steps: int) -> Any:
     return jax.tree.map(lambda t: t / steps, total)
 
 
+def _run_jax(params: Any, xs: jax.Array, dys: jax.Array, steps: int) -> Any:
+    return jax.block_until_ready(_jax_train(params, xs, dys, steps))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--width", type=int, default=1024)
@@ -138,10 +142,10 @@ def main() -> None:
             np.testing.assert_allclose(grad_w0, np.asarray(reference[0][0]), rtol=2e-3, atol=2e-4)
             times = interleaved(
                 {
-                    "serialised": lambda: ours.run(feeds),
-                    "unchecked": lambda: unchecked.run(unchecked_feeds),
-                    "normal": lambda: normal.run(normal_feeds),
-                    "jax": lambda: jax.block_until_ready(_jax_train(params, xs, dys, steps)),
+                    "serialised": partial(ours.run, feeds),
+                    "unchecked": partial(unchecked.run, unchecked_feeds),
+                    "normal": partial(normal.run, normal_feeds),
+                    "jax": partial(_run_jax, params, xs, dys, steps),
                 },
                 args.repeats,
                 warmup=1,
