@@ -103,3 +103,17 @@ def test_variable_factory_sources_dtypes_groupings_and_errors() -> None:
             VariableFactory(partial(np.zeros, 4), shard_over=8)
         named = NamedVariableFactories.from_dict({"z": vf, "a.b": vf})
         assert named.keys_flat() == ["z", "a.b"]
+
+
+def test_graph_autodiff_method_guards_against_a_second_application() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        _, graph = Affine().create_graph(popxl.TensorSpec((2, 3), popxl.float32))
+        grad = graph.autodiff(grads_required=graph.graph.inputs[:1])
+        assert grad.grad_graph_info.forward_graph is graph.graph
+        assert [ec.fwd_tensor for ec in grad.grad_graph_info.expected_outputs] == [graph.graph.inputs[0]]
+        with pytest.raises(RuntimeError, match="already applied"):
+            graph.autodiff()
+        with pytest.raises(ValueError, match="method"):
+            graph.autodiff(method="build_grad", force=True)
+        graph.autodiff(grads_required=graph.graph.inputs[:1], force=True)

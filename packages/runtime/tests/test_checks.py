@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import popxl
-from popxl import ops
-from popxl.lowering.program import OutOfRangeError
+from popxl import OutOfRangeError, ops
 
 
 def _program(fault: str) -> tuple[popxl.Ir, dict[str, object]]:

@@ -21,6 +21,7 @@ from popxl.dtypes import (
     uint16,
     uint32,
 )
+from popxl.errors import OutOfRangeError
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.ir import Ir
 from popxl.module import Module

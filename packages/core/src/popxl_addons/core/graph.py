@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import popxl
@@ -43,6 +43,7 @@ class GraphWithNamedArgs:
         self.graph = graph
         self.args = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
+        self.autodiff_applied = False
 
     @property
     def grad_graph_info(self) -> GradGraphInfo:
@@ -66,6 +67,32 @@ class GraphWithNamedArgs:
     def call_with_info(self, *targs: Any, args: Mapping[popxl.Tensor, Any] | None = None) -> ops.CallSiteInfo:
         """Call the graph with nothing bound and return the call site's info."""
         return BoundGraph(self.graph).call_with_info(*targs, args=args)
+
+    def autodiff(
+        self,
+        grads_provided: Iterable[popxl.Tensor] | None = None,
+        grads_required: Iterable[popxl.Tensor] | None = None,
+        called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+        method: str = "auto",
+        force: bool = False,
+    ) -> GraphWithNamedArgs:
+        """The gradient graph of this graph (see `popxl_addons.core.autodiff`).
+
+        Autodiff adds outputs to this graph, so a second application is refused
+        unless `force` is set. Only the 'autodiff' method exists here ('auto' picks it).
+        """
+        if method not in ("auto", "autodiff"):
+            raise ValueError(f"`method` must be 'auto' or 'autodiff', got {method!r}")
+        if self.autodiff_applied and not force:
+            raise RuntimeError(
+                f"Autodiff was already applied to {self.graph.id!r} and changed it in place; "
+                "pass force=True to apply it again"
+            )
+        from popxl_addons.core.autodiff import autodiff
+
+        grad = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+        self.autodiff_applied = True
+        return grad
 
     def copy(self) -> GraphWithNamedArgs:
         """A shallow copy with its own args tree."""

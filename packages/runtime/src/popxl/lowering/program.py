@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from popxl.errors import OutOfRangeError
 from popxl.graph import Graph
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
@@ -23,10 +24,6 @@ State = dict[str, dict[str, jax.Array]]
 
 _IPU_NAMES = ("ipu_hw", "ipu_model")
 _warned_no_ipu = False
-
-
-class OutOfRangeError(IndexError):
-    """A remote buffer or host stream was indexed past its bound while running."""
 
 
 def reachable_graphs(ir: Ir) -> list[Graph]:
