@@ -35,6 +35,7 @@ bool = bool_
 
 __all__ = [
     "Constant",
+    "OutOfRangeError",
     "DeviceToHostStream",
     "Graph",
     "HostToDeviceStream",
