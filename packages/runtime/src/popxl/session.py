@@ -108,9 +108,15 @@ class Session:
             )
         return {s.tensor_id: self._to_replica_major(s, inputs[s]) for s in expected}
 
+    @property
+    def local_replicas(self) -> int:
+        """Replicas whose host data this process feeds and receives (all of them in one process)."""
+        return self._program.placement.local_replicas
+
     def _host_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        nht, r = self.ir.num_host_transfers, self.ir.replication_factor
-        return (*((nht,) if nht > 1 else ()), *((r,) if r > 1 else ()), *shape)
+        # As in popxl: a transfers axis when there are several, then a replica axis when replicated.
+        nht, replicated = self.ir.num_host_transfers, self.ir.replication_factor > 1
+        return (*((nht,) if nht > 1 else ()), *((self.local_replicas,) if replicated else ()), *shape)
 
     def _to_replica_major(self, stream: HostToDeviceStream, data: Any) -> Array:
         nht, r = self.ir.num_host_transfers, self.ir.replication_factor
@@ -129,7 +135,7 @@ class Session:
         if not ok:
             raise ValueError(
                 f"Input for stream '{stream.tensor_id}' has shape {arr.shape}, expected {want} "
-                f"(num_host_transfers={nht}, replicas={r}, stream shape {stream.shape})"
+                f"(num_host_transfers={nht}, local replicas={self.local_replicas}, stream shape {stream.shape})"
             )
         if nht > 1:
             arr = arr[:nht]

@@ -13,6 +13,7 @@ from popxl.errors import OutOfRangeError
 from popxl.graph import Graph
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
+from popxl.lowering.placement import Placement
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.opdefs.io import buffer_key
 from popxl.remote_buffer import RemoteBuffer
@@ -82,7 +83,7 @@ class Program:
                 f"{available[0].platform} device(s)"
             )
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
-        self._placement: Any = self.mesh.sharding(self.replica_devices) if self.replica_devices else self.device
+        self.placement = Placement(self.mesh, self.replica_devices, self.device)
         self.sites = CheckSites() if checks else None
         self._step = jax.jit(self.mesh.per_replica(self._replica_step, self.replica_devices))
 
@@ -109,9 +110,6 @@ class Program:
         }
         return written, ctx.world["out"], ctx.world["error"]
 
-    def _put(self, x: np.ndarray[Any, Any]) -> jax.Array:
-        return jax.device_put(x, self._placement)
-
     def replica_values(self, var: Variable, host: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Per-replica values `(R, *shape)` of `var` from its host layout."""
         g = var.replica_grouping
@@ -130,9 +128,11 @@ class Program:
         """Device state: variables from `host`, remote buffers zeroed at their final size."""
         r = self.replicas
         return {
-            "vars": {v.id: self._put(self.replica_values(v, host[v])) for v in self.variables},
+            "vars": {v.id: self.placement.put_all(self.replica_values(v, host[v])) for v in self.variables},
             "buffers": {
-                buffer_key(b): self._put(np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy()))
+                buffer_key(b): self.placement.put_all(
+                    np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy())
+                )
                 for b in self.buffers
             },
         }
@@ -141,34 +141,34 @@ class Program:
         """`state` with the given variables replaced from host values."""
         new_vars = dict(state["vars"])
         for v, data in host.items():
-            new_vars[v.id] = self._put(self.replica_values(v, data))
+            new_vars[v.id] = self.placement.put_all(self.replica_values(v, data))
         return {"vars": new_vars, "buffers": state["buffers"]}
 
     def read_variables(self, state: State, variables: list[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
         """Host values of `variables` from device state."""
-        return {v: self.host_values(v, np.asarray(state["vars"][v.id])) for v in variables}
+        return {v: self.host_values(v, self.placement.fetch_all(state["vars"][v.id])) for v in variables}
 
     def run(
         self, state: State, inputs: dict[str, np.ndarray[Any, Any]]
     ) -> tuple[State, dict[str, np.ndarray[Any, Any]]]:
-        """One execution of the main graph; inputs and outputs are `(R, nht, *shape)` per stream.
+        """One execution of the main graph; inputs and outputs are `(local replicas, nht, *shape)`.
 
-        Raises OutOfRangeError (and returns nothing) if a checked index was out of range.
+        Raises OutOfRangeError (and returns nothing) if a checked index was out of range on any replica.
         """
-        device_inputs = {k: self._put(v) for k, v in inputs.items()}
+        device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
         written, outputs, error = self._step(state, device_inputs)
-        codes = np.asarray(error["code"])
+        codes = self.placement.fetch_all(error["code"])
         if self.sites is not None and codes.any():
             replica = int(np.flatnonzero(codes)[0])
             where = self.sites.descriptions[int(codes[replica]) - 1]
-            index = int(np.asarray(error["index"])[replica])
+            index = int(self.placement.fetch_all(error["index"])[replica])
             raise OutOfRangeError(f"{where.format(index=index)} (replica {replica}); nothing was changed")
         new_state = {part: {**state[part], **written[part]} for part in ("vars", "buffers")}
-        return new_state, {k: np.asarray(v) for k, v in outputs.items()}
+        return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
 
     def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The compiled XLA executable for these argument shapes (for memory analysis)."""
-        return self._step.lower(state, {k: self._put(v) for k, v in inputs.items()}).compile()
+        return self._step.lower(state, {k: self.placement.put_local(v) for k, v in inputs.items()}).compile()
 
 
 def _unique(items: Any) -> list[Any]:

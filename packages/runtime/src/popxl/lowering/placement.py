@@ -1,0 +1,63 @@
+"""Where per-replica arrays live: one device, one device per replica, or devices across processes.
+
+Arrays carry a leading replica axis. With several processes (`jax.distributed`)
+each process feeds and reads only the rows of its own replicas, and values every
+process needs (variables, check results) are gathered from all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from popxl.lowering.replicas import ReplicaMesh
+
+Array = np.ndarray[Any, Any]
+
+
+class Placement:
+    """Moves per-replica arrays between the host and the devices that run the replicas."""
+
+    def __init__(self, mesh: ReplicaMesh, replica_devices: list[Any] | None, device: Any) -> None:
+        self.replicas = mesh.replication_factor
+        self.multiprocess = jax.process_count() > 1
+        if replica_devices is None:
+            if self.multiprocess:
+                raise ValueError("Replicas spread over several processes need replica_mode='devices'")
+            self.target: Any = device
+            self.local_rows = list(range(self.replicas))
+        else:
+            self.target = mesh.sharding(replica_devices)
+            me = jax.process_index()
+            self.local_rows = [r for r, d in enumerate(replica_devices) if d.process_index == me]
+
+    @property
+    def local_replicas(self) -> int:
+        """Replicas whose host data this process provides and receives."""
+        return len(self.local_rows)
+
+    def put_local(self, rows: Array) -> jax.Array:
+        """A device array from this process's replica rows."""
+        if not self.multiprocess:
+            return jax.device_put(rows, self.target)
+        return jax.make_array_from_process_local_data(self.target, rows, (self.replicas, *rows.shape[1:]))
+
+    def put_all(self, rows: Array) -> jax.Array:
+        """A device array from the rows of every replica (each process keeps its own)."""
+        return self.put_local(rows[self.local_rows])
+
+    def fetch_local(self, array: jax.Array) -> Array:
+        """This process's replica rows of a device array."""
+        if not self.multiprocess:
+            return np.asarray(array)
+        shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
+        return np.concatenate([np.asarray(s.data) for s in shards])
+
+    def fetch_all(self, array: jax.Array) -> Array:
+        """Every replica's rows of a device array, on every process."""
+        if not self.multiprocess:
+            return np.asarray(array)
+        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
