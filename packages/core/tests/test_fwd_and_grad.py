@@ -97,6 +97,7 @@ def _mlp_reference(params: dict[str, Any], x: Any) -> Any:
 @pytest.mark.parametrize("steps", [1, 2, 3])
 @pytest.mark.parametrize("rows", [1, 2])
 def test_fwd_and_grad_equivalence(io_mode: str, steps: int, rows: int) -> None:
+    rng = np.random.default_rng(steps * 10 + rows)
     n = rows - 1
     params = {
         "fc1.weight": rng.normal(size=(4, 6)).astype(np.float32),
@@ -149,7 +150,7 @@ def test_fwd_and_grad_equivalence(io_mode: str, steps: int, rows: int) -> None:
         param_grads.append(g_params)
     for name in params:
         mean = np.mean([np.asarray(g[name]) for g in param_grads], 0)
-        np.testing.assert_allclose(session.get_tensor_data(grad_vars.accum[name]), mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(session.get_tensor_data(grad_vars.accum[name]), mean, rtol=1e-5, atol=1e-5)
 
 
 def test_fwd_and_grad_validation() -> None:

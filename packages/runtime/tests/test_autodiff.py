@@ -181,10 +181,9 @@ def test_autodiff_errors() -> None:
         graph = ir.create_graph(lambda x, y: x * 2.0, spec, spec)
         with pytest.raises(RuntimeError, match="Unable to provide required gradient"):
             autodiff(graph)
-        loop = ir.create_graph(lambda x: x * 2.0, spec)
-        outer = ir.create_graph(lambda x: ops.repeat(loop, 2, x)[0], spec)
-        with pytest.raises(RuntimeError, match="'repeat' has no gradient rule"):
-            autodiff(outer)
+        remainder = ir.create_graph(lambda x: ops.fmod(x, popxl.constant(np.ones(2, np.float32))), spec)
+        with pytest.raises(RuntimeError, match="'fmod' has no gradient rule"):
+            autodiff(remainder)
         info = autodiff(ir.create_graph(lambda x: x * x, spec))
         other = ir.create_graph(lambda x: x, spec)
         site = ops.call_with_info(other, popxl.constant(np.zeros(2, np.float32)))
@@ -283,3 +282,33 @@ def test_two_layer_mlp_sgd_matches_jax() -> None:
         params = (params[0] - lr * grads[0], params[1] - lr * grads[1])
     np.testing.assert_allclose(s.get_tensor_data(w1), params[0], atol=1e-5)
     np.testing.assert_allclose(s.get_tensor_data(w2), params[1], atol=1e-5)
+
+
+@pytest.mark.parametrize("count", [1, 5])
+def test_gradient_through_repeat(count: int) -> None:
+    w = rng.normal(0, 0.5, size=(4, 4)).astype(np.float32)
+    b = rng.normal(size=(4,)).astype(np.float32)
+
+    def looped(x: popxl.Tensor, w: popxl.Tensor, b: popxl.Tensor) -> popxl.Tensor:
+        def body(
+            i: popxl.Tensor, h: popxl.Tensor, w: popxl.Tensor, b: popxl.Tensor
+        ) -> tuple[popxl.Tensor, popxl.Tensor]:
+            scale = ops.cast(i, popxl.float32) * 0.1 + 1.0
+            return i + 1, ops.tanh(h @ w + b) * scale + h
+
+        g = popxl.gir().create_graph(body, popxl.TensorSpec((), popxl.int32), x.spec, w.spec, b.spec)
+        _, h = ops.repeat(g, count, 0, x, w, b)
+        return h * h
+
+    def ref(x: Any, w: Any, b: Any) -> Any:
+        h = x
+        for i in range(count):
+            h = jnp.tanh(h @ w + b) * (i * 0.1 + 1.0) + h
+        return h * h
+
+    dy = rng.normal(size=(3, 4)).astype(np.float32)
+    y, grads = _grads(looped, [A, w, b], dy)
+    y_ref, grads_ref = _reference(ref, [A, w, b], dy)
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
+    for g, r in zip(grads, grads_ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)

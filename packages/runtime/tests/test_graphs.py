@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import run_main
+from runtime_helpers import run_main
 
 import popxl
 from popxl import ops

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_main
+from runtime_helpers import run_main
 
 import popxl
 from popxl import ops

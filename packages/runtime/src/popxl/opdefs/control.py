@@ -79,4 +79,10 @@ def _lower_repeat(ctx: Any, op: Op, *vals: jax.Array) -> Any:
     return outs, updates
 
 
-REPEAT = register(OpDef("repeat", _repeat_infer, _lower_repeat, side_effects=True))
+def _repeat_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> Any:
+    from popxl.transforms.loop_grad import repeat_grad
+
+    return repeat_grad(gb, op, out_grads)
+
+
+REPEAT = register(OpDef("repeat", _repeat_infer, _lower_repeat, grad=_repeat_grad, side_effects=True))

@@ -137,7 +137,7 @@ class GradGraphInfo:
         }
 
 
-def _depends_on(graph: Graph, required: Iterable[Tensor]) -> set[Tensor]:
+def depends_on(graph: Graph, required: Iterable[Tensor]) -> set[Tensor]:
     depends = set(required)
     for op in graph.ops:
         if any(t in depends for t in op.inputs):
@@ -145,7 +145,7 @@ def _depends_on(graph: Graph, required: Iterable[Tensor]) -> set[Tensor]:
     return depends
 
 
-def _contributes_to(graph: Graph, provided: Iterable[Tensor]) -> set[Tensor]:
+def contributes_to(graph: Graph, provided: Iterable[Tensor]) -> set[Tensor]:
     contributes = set(provided)
     for op in reversed(graph.ops):
         if any(t in contributes for t in op.outputs):
@@ -187,19 +187,19 @@ def _backward(gb: GradBuilder, forward: Graph, grads: dict[Tensor, Tensor], want
             grads[t] = add(grads[t], g) if t in grads else g
 
 
-def _grad_graph(
+def grad_graph(
     forward: Graph,
     provided: Sequence[Tensor],
     required: Sequence[Tensor],
     called_infos: dict[Graph, GradGraphInfo],
 ) -> GradGraphInfo:
     ir = forward.ir
-    grad_graph = ir.create_empty_graph(f"{forward.name}_grad")
-    depends = _depends_on(forward, required)
-    contributes = _contributes_to(forward, provided)
-    gb = GradBuilder(forward, grad_graph, depends & contributes, called_infos)
+    backward = ir.create_empty_graph(f"{forward.name}_grad")
+    depends = depends_on(forward, required)
+    contributes = contributes_to(forward, provided)
+    gb = GradBuilder(forward, backward, depends & contributes, called_infos)
     grads: dict[Tensor, Tensor] = {}
-    with grad_graph, context.fresh_name_scopes():
+    with backward, context.fresh_name_scopes():
         grad_inputs = [graph_input(t.shape, t.dtype, f"Gradient___{t.name}", meta_shape=t.meta_shape) for t in provided]
         for t, g in zip(provided, grad_inputs):
             if t not in depends:
@@ -214,13 +214,13 @@ def _grad_graph(
                 )
             graph_output(grads[t])
     activations = sorted(gb.activations, key=lambda t: t.id.encode())
-    grad_graph._inputs = grad_inputs + [gb.activations[t] for t in activations]
+    backward._inputs = grad_inputs + [gb.activations[t] for t in activations]
     _stitch(forward, activations)
     expected_inputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in provided] + [
         ExpectedConnection._create(t, ExpectedConnectionType.Fwd) for t in activations
     ]
     expected_outputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in required]
-    info = GradGraphInfo._create(grad_graph, forward, expected_inputs, expected_outputs)
+    info = GradGraphInfo._create(backward, forward, expected_inputs, expected_outputs)
     called_infos[forward] = info
     return info
 
@@ -232,7 +232,7 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
     info = gb.called_infos.get(sub)
     if info is None or [ec.fwd_tensor for ec in info.expected_outputs] != [sub.inputs[i] for i in wanted]:
         provided = [o for o in sub.outputs if o.dtype.is_floating_point]
-        info = _grad_graph(sub, provided, [sub.inputs[i] for i in wanted], gb.called_infos)
+        info = grad_graph(sub, provided, [sub.inputs[i] for i in wanted], gb.called_infos)
     feeds: list[Tensor] = []
     for ec in info.expected_inputs:
         t = ec.fwd_tensor
@@ -265,5 +265,5 @@ def autodiff(
             raise ValueError(f"{t.id} is not a tensor of graph {graph.id!r}")
     infos = dict(called_graphs_grad_info or {})
     infos.pop(graph, None)
-    info = _grad_graph(graph, provided, required, infos)
+    info = grad_graph(graph, provided, required, infos)
     return infos if return_all_grad_graphs else info
