@@ -226,43 +226,33 @@ def _ops_of(graph: popxl.Graph) -> list[str]:
     ]
 
 
-def test_structure_sequential_is_one_loop_calling_the_graph_once() -> None:
+def _serialised_scale(steps: int, io_mode: str) -> tuple[popxl.Graph, popxl.Graph]:
+    """The serialised graph of a stream-in, buffer-out TanhScale, and the compute graph."""
     ir = new_ir()
     with ir.main_graph:
         _, graph = graph_of(ir)
-        buf = batch_serial_buffer(graph.graph.outputs[0], steps=4)
+        buf = batch_serial_buffer(graph.graph.outputs[0], steps=steps)
+        x = popxl.h2d_stream(SHAPE, popxl.float32)
         result = batch_serialise(
-            graph,
-            4,
-            {graph.graph.inputs[0]: popxl.h2d_stream(SHAPE, popxl.float32)},
-            {},
-            {graph.graph.outputs[0]: (buf, 0)},
+            graph, steps, {graph.graph.inputs[0]: x}, {}, {graph.graph.outputs[0]: (buf, 0)}, io_mode=io_mode
         )
-    serial = result.graph.graph
+    return result.graph.graph, graph.graph
+
+
+def test_structure_sequential_is_one_loop_calling_the_graph_once() -> None:
+    serial, compute = _serialised_scale(4, "io")
     loops = [op for op in serial.ops if op.name == "repeat"]
     assert len(loops) == 1 and loops[0].attrs["count"] == 4 and not serial.outputs
     body = loops[0].attrs["graph"]
     calls = [op for op in body.ops if op.name == "call"]
-    assert len(calls) == 1 and calls[0].attrs["graph"] is graph.graph
+    assert len(calls) == 1 and calls[0].attrs["graph"] is compute
     assert _ops_of(body) == ["host_load", "call", "remote_store"]
     placements = {op.name: op.placement.tile_set for op in body.ops}
     assert placements["host_load"] == "io" and placements["remote_store"] == "io" and placements["call"] == "compute"
 
 
 def test_structure_overlapped_prologue_loop_epilogue() -> None:
-    ir = new_ir()
-    with ir.main_graph:
-        _, graph = graph_of(ir)
-        buf = batch_serial_buffer(graph.graph.outputs[0], steps=5)
-        result = batch_serialise(
-            graph,
-            5,
-            {graph.graph.inputs[0]: popxl.h2d_stream(SHAPE, popxl.float32)},
-            {},
-            {graph.graph.outputs[0]: (buf, 0)},
-            io_mode="io_overlapped",
-        )
-    serial = result.graph.graph
+    serial, _ = _serialised_scale(5, "io_overlapped")
     assert _ops_of(serial) == ["host_load", "host_load", "call", "repeat", "remote_store", "call", "remote_store"]
     loop = next(op for op in serial.ops if op.name == "repeat")
     assert loop.attrs["count"] == 3

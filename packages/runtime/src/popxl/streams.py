@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from popxl import context, dtypes
-from popxl.tensor import TensorSpec
+from popxl.tensor import SpecView, TensorSpec
 
 
-class _Stream:
+class _Stream(SpecView):
     def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str, kind: str) -> None:
         main = context.gir().main_graph
         self._spec = TensorSpec(tuple(shape), dtype)
@@ -19,21 +19,6 @@ class _Stream:
     def tensor_id(self) -> str:
         """Unique id of the stream in its Ir."""
         return self._id
-
-    @property
-    def spec(self) -> TensorSpec:
-        """Shape and dtype of one transfer."""
-        return self._spec
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Shape of one transfer."""
-        return self._spec.shape
-
-    @property
-    def dtype(self) -> dtypes.dtype:
-        """Element type of the stream."""
-        return self._spec.dtype
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}[{self._id} {self.dtype.name} {self.shape}]"

@@ -62,7 +62,28 @@ class TensorSpec(Mapping[str, Any]):
         return f"TensorSpec(shape={self._shape}, dtype={self._dtype}, meta_shape={self._meta_shape})"
 
 
-class Tensor:
+class SpecView:
+    """Shape and dtype read from a `_spec` (shared by tensors and host streams)."""
+
+    _spec: TensorSpec
+
+    @property
+    def spec(self) -> TensorSpec:
+        """Shape, dtype and meta_shape."""
+        return self._spec
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of one value."""
+        return self._spec.shape
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        """Element type."""
+        return self._spec.dtype
+
+
+class Tensor(SpecView):
     """A value in one graph: a graph input, an op output, a constant or a variable."""
 
     def __init__(self, graph: Graph, name: str, spec: TensorSpec) -> None:
@@ -92,21 +113,6 @@ class Tensor:
     def ir(self) -> Ir:
         """The Ir that owns this tensor."""
         return self._graph.ir
-
-    @property
-    def spec(self) -> TensorSpec:
-        """Shape, dtype and meta_shape."""
-        return self._spec
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Shape of the tensor."""
-        return self._spec.shape
-
-    @property
-    def dtype(self) -> dtypes.dtype:
-        """Element type of the tensor."""
-        return self._spec.dtype
 
     @property
     def meta_shape(self) -> tuple[int, ...]:
