@@ -113,3 +113,16 @@ def test_runs_are_deterministic_and_replica_modes_agree() -> None:
     # division into a multiplication by a reciprocal), so the modes agree to rounding, not to the bit.
     np.testing.assert_allclose(results["devices"][0], results["simulate"][0], rtol=1e-6, atol=1e-7)
     assert not np.allclose(results["devices"][0][0], results["devices"][0][0, 0, 0])
+
+
+def test_constant_offsets_are_checked_when_the_session_is_created() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((2,), popxl.float32, entries=2)
+        ops.remote_store(buf, 3, popxl.constant(np.zeros(2, np.float32)))
+    with pytest.raises(
+        ValueError, match="remote_store to remote buffer 1 at constant offset 3, but the buffer has 2 entries"
+    ):
+        popxl.Session(ir, "cpu")
+    buf.entries = 4
+    popxl.Session(ir, "cpu")

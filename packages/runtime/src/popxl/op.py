@@ -8,7 +8,7 @@ with `create_op`; this is the runtime's extension point.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from popxl import context
@@ -74,8 +74,8 @@ class Op:
     modified: tuple[int, ...]
     placement: context.Placement
     index: int = 0
+    # Set by op-to-identity rewrites, so that tools can tell a rewritten op from a written identity.
     replaced_by_identity: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from popxl.op import Attrs, Op, OpDef, register
 from popxl.opdefs.common import vjp_grad
-from popxl.tensor import TensorSpec
+from popxl.tensor import Constant, TensorSpec
 
 
 def _host_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -80,6 +80,21 @@ def _checked_offset(ctx: Any, op: Op, offset: jax.Array, what: str) -> tuple[jax
     return store, jnp.clip(offset, 0, entries - 1)
 
 
+def _static_offset_check(position: int, what: str) -> Any:
+    """A Session-time check that a constant offset lies within the buffer's final entries."""
+
+    def check(op: Op) -> None:
+        offset = op.inputs[position]
+        buffer = op.attrs["buffer"]
+        if isinstance(offset, Constant) and not 0 <= int(offset.data) < buffer.entries:
+            raise ValueError(
+                f"{what} remote buffer {buffer.remote_buffer_id} at constant offset {int(offset.data)}, "
+                f"but the buffer has {buffer.entries} entries"
+            )
+
+    return check
+
+
 def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     _check_offset(specs[0])
     buffer = attrs["buffer"]
@@ -91,7 +106,15 @@ def _lower_remote_load(ctx: Any, op: Op, offset: jax.Array) -> list[jax.Array]:
     return [jax.lax.dynamic_index_in_dim(store, index, keepdims=False)]
 
 
-REMOTE_LOAD = register(OpDef("remote_load", _remote_load_infer, _lower_remote_load, side_effects=True))
+REMOTE_LOAD = register(
+    OpDef(
+        "remote_load",
+        _remote_load_infer,
+        _lower_remote_load,
+        side_effects=True,
+        check=_static_offset_check(0, "remote_load from"),
+    )
+)
 
 
 def _remote_load_inplace_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -112,6 +135,7 @@ REMOTE_LOAD_INPLACE = register(
         _lower_remote_load_inplace,
         side_effects=True,
         output_names=("remote_load_out",),
+        check=_static_offset_check(1, "remote_load_ from"),
     )
 )
 
@@ -129,7 +153,15 @@ def _lower_remote_store(ctx: Any, op: Op, offset: jax.Array, t: jax.Array) -> li
     return []
 
 
-REMOTE_STORE = register(OpDef("remote_store", _remote_store_infer, _lower_remote_store, side_effects=True))
+REMOTE_STORE = register(
+    OpDef(
+        "remote_store",
+        _remote_store_infer,
+        _lower_remote_store,
+        side_effects=True,
+        check=_static_offset_check(0, "remote_store to"),
+    )
+)
 
 
 def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
