@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from popxl.replica_grouping import ReplicaGrouping
 
 World = dict[str, Any]
+WorldKey = tuple[str, str]
 
 
 class CheckSites:
@@ -67,6 +68,29 @@ class LoweringContext:
     def group_rank(self, group: ReplicaGrouping) -> jax.Array:
         """This replica's rank within its group of `group`."""
         return self.mesh.group_rank(group)
+
+    def written_world(self, graph: Graph, inputs: Sequence[jax.Array]) -> list[WorldKey]:
+        """The world entries that running `graph` replaces.
+
+        Found by tracing `graph` once more; XLA drops that unused trace. Loops carry
+        only these entries, so that state a loop merely reads is not copied.
+        """
+        saved = self.world
+        self.world = {part: dict(entries) for part, entries in saved.items()}
+        try:
+            self.run_graph(graph, inputs)
+            return [(p, k) for p, entries in self.world.items() for k, v in entries.items() if v is not saved[p][k]]
+        finally:
+            self.world = saved
+
+    def world_entries(self, keys: Sequence[WorldKey]) -> list[jax.Array]:
+        """The current values of world entries."""
+        return [self.world[p][k] for p, k in keys]
+
+    def set_world_entries(self, keys: Sequence[WorldKey], values: Sequence[jax.Array]) -> None:
+        """Replace world entries."""
+        for (p, k), v in zip(keys, values):
+            self.world[p][k] = v
 
     def run_graph(self, graph: Graph, inputs: Sequence[jax.Array]) -> tuple[list[jax.Array], list[jax.Array]]:
         """Outputs of `graph` for `inputs`, and the final values of its inputs."""

@@ -41,6 +41,8 @@ class Placement:
 
     def put_local(self, rows: Array) -> jax.Array:
         """A device array from this process's replica rows."""
+        if self.replicas == 1:
+            return jax.device_put(rows[0], self.target)
         if not self.multiprocess:
             return jax.device_put(rows, self.target)
         return jax.make_array_from_process_local_data(self.target, rows, (self.replicas, *rows.shape[1:]))
@@ -51,6 +53,8 @@ class Placement:
 
     def fetch_local(self, array: jax.Array) -> Array:
         """This process's replica rows of a device array."""
+        if self.replicas == 1:
+            return np.asarray(array)[None]
         if not self.multiprocess:
             return np.asarray(array)
         shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
@@ -58,6 +62,8 @@ class Placement:
 
     def fetch_all(self, array: jax.Array) -> Array:
         """Every replica's rows of a device array, on every process."""
+        if self.replicas == 1:
+            return np.asarray(array)[None]
         if not self.multiprocess:
             return np.asarray(array)
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))

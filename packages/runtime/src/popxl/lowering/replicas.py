@@ -74,14 +74,13 @@ class ReplicaMesh:
         return rank
 
     def per_replica(self, fn: Callable[..., Any], devices: list[Any] | None) -> Callable[..., Any]:
-        """`fn` of one replica's values mapped over a leading replica axis of every argument."""
+        """`fn` of one replica's values mapped over a leading replica axis of every argument.
+
+        With one replica there is no replica axis on the device at all: reshaping inside
+        the program would make XLA copy state it could otherwise update in place.
+        """
         if self.replication_factor == 1:
-
-            def single(*args: Any) -> Any:
-                squeezed = jax.tree.map(lambda x: x[0], args)
-                return jax.tree.map(lambda x: x[None], fn(*squeezed))
-
-            return single
+            return fn  # the placement drops and restores the replica axis on the host
         if devices is not None:
             return self._shard_mapped(fn, devices)
         return self._vmapped(fn)

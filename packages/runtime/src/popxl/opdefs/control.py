@@ -57,21 +57,25 @@ def _lower_repeat(ctx: Any, op: Op, *vals: jax.Array) -> Any:
     g = op.attrs["graph"]
     carried = len(g.outputs)
     refs = [i for i in by_ref_indices(op) if i >= carried]
+    moving = ctx.written_world(g, list(vals))
 
     def body(_: Any, carry: Any) -> Any:
-        loop_vals, ref_vals, world = carry
+        loop_vals, ref_vals, world_vals = carry
         inputs = list(vals)
         inputs[:carried] = loop_vals
         for i, v in zip(refs, ref_vals):
             inputs[i] = v
         outer = ctx.world
-        ctx.world = world
+        ctx.world = {part: dict(entries) for part, entries in outer.items()}
+        ctx.set_world_entries(moving, world_vals)
         outs, finals = ctx.run_graph(g, inputs)
-        world, ctx.world = ctx.world, outer
-        return list(outs), [finals[i] for i in refs], world
+        world_vals = ctx.world_entries(moving)
+        ctx.world = outer
+        return list(outs), [finals[i] for i in refs], world_vals
 
-    init = (list(vals[:carried]), [vals[i] for i in refs], ctx.world)
-    outs, ref_vals, ctx.world = jax.lax.fori_loop(0, op.attrs["count"], body, init)
+    init = (list(vals[:carried]), [vals[i] for i in refs], ctx.world_entries(moving))
+    outs, ref_vals, world_vals = jax.lax.fori_loop(0, op.attrs["count"], body, init)
+    ctx.set_world_entries(moving, world_vals)
     updates = dict(zip(refs, ref_vals))
     for i in by_ref_indices(op):
         if i < carried:
