@@ -237,3 +237,47 @@ def test_inexpressible_groupings_are_refused() -> None:
         ops.collectives.replicated_all_reduce(t, group=ir.replica_grouping(1, 3))
     with pytest.raises(ValueError, match="cannot be expressed together"):
         popxl.Session(ir, "cpu")
+
+
+def test_remote_variable_round_trip() -> None:
+    data = np.arange(3, dtype=np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        buf = popxl.remote_buffer((3,), popxl.float32, entries=2)
+        v = popxl.remote_variable(data, buf, 1, name="v")
+        loaded = ops.remote_load(buf, 1)
+        ops.remote_store(buf, 1, loaded * 2.0)
+        d = popxl.d2h_stream((3,), popxl.float32, "y")
+        ops.host_store(d, loaded)
+        with pytest.raises(ValueError, match="needs a buffer"):
+            popxl.remote_variable(np.zeros(4, np.float32), buf)
+    with popxl.Session(ir, "cpu") as s:
+        np.testing.assert_array_equal(s.run()[d], data)
+        np.testing.assert_array_equal(s.run()[d], data * 2)
+        np.testing.assert_array_equal(s.get_tensor_data(v), data * 4)
+        s.write_variable_data(v, np.full(3, 7, np.float32))
+        np.testing.assert_array_equal(s.run()[d], 7)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("grouped", [False, True])
+def test_remote_replica_sharded_variable(mode: str, grouped: bool) -> None:
+    ir = popxl.Ir(replication=4)
+    groups = 2 if grouped else 1
+    data = np.arange(groups * 15, dtype=np.float32).reshape(groups, 3, 5)
+    host = data if grouped else data[0]
+    with ir.main_graph, popxl.in_sequence(True):
+        grouping = ir.replica_grouping(1, 2) if grouped else ir.replica_grouping()
+        buf = popxl.replica_sharded_buffer(host.shape, popxl.float32, grouping)
+        v = popxl.remote_replica_sharded_variable(host, buf, 0, name="v", replica_grouping=grouping)
+        assert v.shape == buf.tensor_shape and v.meta_shape == (3, 5) and v.shape_on_host == host.shape
+        shard = ops.remote_load(buf, 0)
+        full = ops.collectives.replicated_all_gather(shard, group=grouping)
+        ops.remote_store(buf, 0, shard + 1.0)
+        d = popxl.d2h_stream((3, 5), popxl.float32, "full")
+        ops.host_store(d, full)
+    with popxl.Session(ir, "cpu", replica_mode=mode) as s:
+        out = s.run()[d]
+        np.testing.assert_array_equal(s.get_tensor_data(v), host + 1)
+    for r in range(4):
+        np.testing.assert_array_equal(out[r], data[r // 2 if grouped else 0])

@@ -7,7 +7,7 @@ buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
 import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
 from popxl import dtypes, ops, transforms
 from popxl.context import gcg, gir, gmg, in_sequence, io_tiles, ipu, name_scope
-from popxl.creation import constant, variable
+from popxl.creation import constant, remote_replica_sharded_variable, remote_variable, variable
 from popxl.dtypes import (
     bfloat16,
     bool_,
@@ -29,7 +29,7 @@ from popxl.remote_buffer import RemoteBuffer, remote_buffer, replica_sharded_buf
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.session import Session
 from popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
-from popxl.tensor import Constant, Tensor, TensorByRef, TensorSpec, Variable
+from popxl.tensor import Constant, RemoteVariable, Tensor, TensorByRef, TensorSpec, Variable
 
 bool = bool_
 
@@ -42,6 +42,7 @@ __all__ = [
     "Ir",
     "Module",
     "RemoteBuffer",
+    "RemoteVariable",
     "ReplicaGrouping",
     "Session",
     "Tensor",
@@ -72,6 +73,8 @@ __all__ = [
     "name_scope",
     "ops",
     "remote_buffer",
+    "remote_replica_sharded_variable",
+    "remote_variable",
     "replica_sharded_buffer",
     "transforms",
     "uint8",

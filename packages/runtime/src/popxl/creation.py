@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from popxl import context, dtypes
+from popxl.remote_buffer import RemoteBuffer
 from popxl.replica_grouping import ReplicaGrouping
-from popxl.tensor import Constant, Variable
+from popxl.tensor import Constant, RemoteVariable, Variable
 
 
 def _as_array(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
@@ -21,6 +23,25 @@ def constant(data: Any, dtype: Any | None = None, name: str | None = None) -> Co
     """An immutable tensor of the current graph holding `data` (64-bit data is narrowed)."""
     arr, dt = _as_array(data, dtype)
     return Constant(context.gcg(), context.name_scope_prefix() + (name or "t"), arr, dt)
+
+
+def _variable_args(
+    data: Any, dtype: Any | None, replica_grouping: ReplicaGrouping | None, retrieval_mode: str | None, name: str | None
+) -> tuple[np.ndarray[Any, Any], dtypes.dtype, ReplicaGrouping, str]:
+    g = context.gcg()
+    if g is not g.ir.main_graph:
+        raise ValueError(f"Variables can only be created in the main graph, not in {g.id!r}")
+    arr, dt = _as_array(data, dtype)
+    grouping = replica_grouping if replica_grouping is not None else g.ir.replica_grouping()
+    if grouping.num_groups > 1 and (arr.ndim == 0 or arr.shape[0] != grouping.num_groups):
+        raise ValueError(
+            f"Variable {name or 't'!r} has grouping {grouping}: its data needs a leading axis of "
+            f"{grouping.num_groups} groups, got shape {arr.shape}"
+        )
+    mode = retrieval_mode or "one_per_group"
+    if mode not in ("one_per_group", "all_replicas"):
+        raise ValueError(f"retrieval_mode must be 'one_per_group' or 'all_replicas', got {mode!r}")
+    return arr, dt, grouping, mode
 
 
 def variable(
@@ -36,17 +57,61 @@ def variable(
     With a replica grouping of more than one group, `data` has a leading axis of
     `num_groups` and replica r starts from `data[group_of(r)]`.
     """
-    g = context.gcg()
-    if g is not g.ir.main_graph:
-        raise ValueError(f"Variables can only be created in the main graph, not in {g.id!r}")
-    arr, dt = _as_array(data, dtype)
-    grouping = replica_grouping if replica_grouping is not None else g.ir.replica_grouping()
-    if grouping.num_groups > 1 and (arr.ndim == 0 or arr.shape[0] != grouping.num_groups):
+    arr, dt, grouping, mode = _variable_args(data, dtype, replica_grouping, retrieval_mode, name)
+    return Variable(context.gcg(), context.name_scope_prefix() + (name or "t"), arr, dt, grouping, mode)
+
+
+def _remote(
+    data: Any,
+    remote_buffer: RemoteBuffer,
+    offset: int,
+    dtype: Any | None,
+    name: str | None,
+    replica_grouping: ReplicaGrouping | None,
+    retrieval_mode: str | None,
+    sharded: bool,
+) -> RemoteVariable:
+    arr, dt, grouping, mode = _variable_args(data, dtype, replica_grouping, retrieval_mode, name)
+    group_shape = arr.shape[1:] if grouping.num_groups > 1 else arr.shape
+    if sharded:
+        shard = (-(-math.prod(group_shape) // grouping.group_size),)
+        expected = (shard, dt, tuple(group_shape))
+        found = (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, remote_buffer.meta_shape)
+    else:
+        expected, found = (tuple(group_shape), dt, ()), (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, ())
+    if expected != found:
         raise ValueError(
-            f"Variable {name or 't'!r} has grouping {grouping}: its data needs a leading axis of "
-            f"{grouping.num_groups} groups, got shape {arr.shape}"
+            f"Remote variable {name or 't'!r} needs a buffer of (shape, dtype, meta_shape) {expected}, got {found}"
         )
-    mode = retrieval_mode or "one_per_group"
-    if mode not in ("one_per_group", "all_replicas"):
-        raise ValueError(f"retrieval_mode must be 'one_per_group' or 'all_replicas', got {mode!r}")
-    return Variable(g, context.name_scope_prefix() + (name or "t"), arr, dt, grouping, mode)
+    if not 0 <= offset < remote_buffer.entries:
+        raise ValueError(f"Offset {offset} is outside the {remote_buffer.entries} entries of {remote_buffer}")
+    scoped = context.name_scope_prefix() + (name or "t")
+    return RemoteVariable(context.gcg(), scoped, arr, dt, grouping, mode, remote_buffer, offset, sharded)
+
+
+def remote_variable(
+    data: Any,
+    remote_buffer: RemoteBuffer,
+    offset: int = 0,
+    dtype: Any | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = None,
+) -> RemoteVariable:
+    """A variable stored in entry `offset` of `remote_buffer` (load it with `ops.remote_load`)."""
+    return _remote(data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, sharded=False)
+
+
+def remote_replica_sharded_variable(
+    data: Any,
+    remote_buffer: RemoteBuffer,
+    offset: int = 0,
+    dtype: Any | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = None,
+) -> RemoteVariable:
+    """A variable whose shards over each replica group are stored in entry `offset` of a sharded buffer."""
+    return _remote(data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, sharded=True)

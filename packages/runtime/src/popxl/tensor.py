@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from popxl.graph import Graph
     from popxl.ir import Ir
     from popxl.op import Op
+    from popxl.remote_buffer import RemoteBuffer
     from popxl.replica_grouping import ReplicaGrouping
 
 
@@ -259,8 +260,8 @@ class Variable(Tensor):
         retrieval_mode: str,
         meta_shape: tuple[int, ...] = (),
     ) -> None:
-        shape = data.shape[1:] if replica_grouping.num_groups > 1 else data.shape
-        super().__init__(graph, name, TensorSpec(shape, dtype, meta_shape))
+        self._group_shape = tuple(data.shape[1:] if replica_grouping.num_groups > 1 else data.shape)
+        super().__init__(graph, name, TensorSpec(self._group_shape, dtype, meta_shape))
         self.host_data = data
         self.replica_grouping = replica_grouping
         self.retrieval_mode = retrieval_mode
@@ -269,8 +270,36 @@ class Variable(Tensor):
     def shape_on_host(self) -> tuple[int, ...]:
         """Shape of the host data: a leading group axis when there is more than one group."""
         if self.replica_grouping.num_groups > 1:
-            return (self.replica_grouping.num_groups, *self.shape)
-        return self.shape
+            return (self.replica_grouping.num_groups, *self._group_shape)
+        return self._group_shape
+
+
+class RemoteVariable(Variable):
+    """A variable kept in entry `offset` of a remote buffer, used through `ops.remote_load`.
+
+    When `sharded`, each replica's entry holds its shard (by rank in the
+    variable's replica grouping) of the flattened, padded value, and the
+    tensor's shape is the shard's, with the full shape as its meta_shape.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        name: str,
+        data: np.ndarray[Any, Any],
+        dtype: dtypes.dtype,
+        replica_grouping: ReplicaGrouping,
+        retrieval_mode: str,
+        buffer: RemoteBuffer,
+        offset: int,
+        sharded: bool,
+    ) -> None:
+        super().__init__(graph, name, data, dtype, replica_grouping, retrieval_mode)
+        if sharded:
+            self._spec = TensorSpec(buffer.tensor_shape, dtype, self._group_shape)
+        self.buffer = buffer
+        self.offset = offset
+        self.sharded = sharded
 
 
 class TensorByRef(Tensor):

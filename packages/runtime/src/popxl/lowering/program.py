@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -19,7 +20,7 @@ from popxl.opdefs.io import buffer_key
 from popxl.remote_buffer import RemoteBuffer
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import Variable
+from popxl.tensor import RemoteVariable, Variable
 
 State = dict[str, dict[str, jax.Array]]
 
@@ -67,6 +68,9 @@ class Program:
             if op.opdef.check is not None:
                 op.opdef.check(op)
         self.variables: list[Variable] = list(ir.main_graph.variables)
+        # Remote variables live in their buffer's entry; the rest are state the step carries.
+        self.device_variables = [v for v in self.variables if not isinstance(v, RemoteVariable)]
+        self.remote_variables = [v for v in self.variables if isinstance(v, RemoteVariable)]
         self.buffers = _unique(op.attrs["buffer"] for op in ops if isinstance(op.attrs.get("buffer"), RemoteBuffer))
         self.h2d: list[HostToDeviceStream] = _unique(op.attrs["stream"] for op in ops if op.name == "host_load")
         self.d2h: list[DeviceToHostStream] = _unique(op.attrs["stream"] for op in ops if op.name == "host_store")
@@ -102,10 +106,10 @@ class Program:
             "error": {"code": jnp.int32(0), "index": jnp.int32(0)},
         }
         ctx = LoweringContext(world, host_inputs, self.mesh, self.sites)
-        env = execute(ctx, self.ir.main_graph, {v: state["vars"][v.id] for v in self.variables})
+        env = execute(ctx, self.ir.main_graph, {v: state["vars"][v.id] for v in self.device_variables})
         # Only state the program wrote is returned: XLA would otherwise copy every unchanged array.
         written = {
-            "vars": {v.id: env[v] for v in self.variables if env[v] is not state["vars"][v.id]},
+            "vars": {v.id: env[v] for v in self.device_variables if env[v] is not state["vars"][v.id]},
             "buffers": {k: b for k, b in ctx.world["buffers"].items() if b is not state["buffers"][k]},
         }
         return written, ctx.world["out"], ctx.world["error"]
@@ -124,29 +128,66 @@ class Program:
             return np.stack([replicas[g.members(k)[0]] for k in range(g.num_groups)])
         return np.asarray(replicas[0])
 
+    def _shard_rows(self, var: RemoteVariable, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Each replica's shard (by rank in the variable's grouping) of its full value."""
+        g = var.replica_grouping
+        c = var.buffer.tensor_shape[0]
+        flat = rows.reshape(self.replicas, -1)
+        padded = np.pad(flat, ((0, 0), (0, c * g.group_size - flat.shape[1])))
+        return np.stack([padded[r, g.rank_of(r) * c : (g.rank_of(r) + 1) * c] for r in range(self.replicas)])
+
+    def _unshard_rows(self, var: RemoteVariable, shards: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Each replica's full value, from the shards held by the members of its group."""
+        g = var.replica_grouping
+        size = math.prod(var.meta_shape)
+        full = [np.concatenate([shards[m] for m in g.members(g.group_of(r))])[:size] for r in range(self.replicas)]
+        return np.stack(full).reshape(self.replicas, *var.meta_shape)
+
+    def _store_remote(self, buffers: dict[str, np.ndarray[Any, Any]], var: RemoteVariable, host: Any) -> None:
+        rows = self.replica_values(var, host)
+        buffers[buffer_key(var.buffer)][:, var.offset] = self._shard_rows(var, rows) if var.sharded else rows
+
     def init_state(self, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
-        """Device state: variables from `host`, remote buffers zeroed at their final size."""
+        """Device state: variables from `host`, remote buffers zeroed at their final size (but for remote variables)."""
         r = self.replicas
-        return {
-            "vars": {v.id: self.placement.put_all(self.replica_values(v, host[v])) for v in self.variables},
-            "buffers": {
-                buffer_key(b): self.placement.put_all(
-                    np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy())
+        buffers = {
+            buffer_key(b): np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy()) for b in self.buffers
+        }
+        for v in self.remote_variables:
+            if buffer_key(v.buffer) not in buffers:
+                buffers[buffer_key(v.buffer)] = np.zeros(
+                    (r, v.buffer.entries, *v.buffer.tensor_shape), v.dtype.as_numpy()
                 )
-                for b in self.buffers
-            },
+            self._store_remote(buffers, v, host[v])
+        return {
+            "vars": {v.id: self.placement.put_all(self.replica_values(v, host[v])) for v in self.device_variables},
+            "buffers": {k: self.placement.put_all(b) for k, b in buffers.items()},
         }
 
     def with_variables(self, state: State, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
         """`state` with the given variables replaced from host values."""
         new_vars = dict(state["vars"])
+        new_buffers = dict(state["buffers"])
         for v, data in host.items():
-            new_vars[v.id] = self.placement.put_all(self.replica_values(v, data))
-        return {"vars": new_vars, "buffers": state["buffers"]}
+            if isinstance(v, RemoteVariable):
+                key = buffer_key(v.buffer)
+                rows = {key: self.placement.fetch_all(new_buffers[key]).copy()}
+                self._store_remote(rows, v, data)
+                new_buffers[key] = self.placement.put_all(rows[key])
+            else:
+                new_vars[v.id] = self.placement.put_all(self.replica_values(v, data))
+        return {"vars": new_vars, "buffers": new_buffers}
 
     def read_variables(self, state: State, variables: list[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
         """Host values of `variables` from device state."""
-        return {v: self.host_values(v, self.placement.fetch_all(state["vars"][v.id])) for v in variables}
+        out: dict[Variable, np.ndarray[Any, Any]] = {}
+        for v in variables:
+            if isinstance(v, RemoteVariable):
+                rows = self.placement.fetch_all(state["buffers"][buffer_key(v.buffer)])[:, v.offset]
+                out[v] = self.host_values(v, self._unshard_rows(v, rows) if v.sharded else rows)
+            else:
+                out[v] = self.host_values(v, self.placement.fetch_all(state["vars"][v.id]))
+        return out
 
     def run(
         self, state: State, inputs: dict[str, np.ndarray[Any, Any]]
