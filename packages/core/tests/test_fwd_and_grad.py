@@ -205,8 +205,9 @@ def _dgelu(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     ).reshape(x.shape)
 
 
+@pytest.mark.parametrize("replica_mode", ["devices", "simulate"])
 @pytest.mark.parametrize("io_mode", IO_MODES)
-def test_activation_stored_sharded_across_the_tensor_parallel_group(io_mode: str) -> None:
+def test_activation_stored_sharded_across_the_tensor_parallel_group(io_mode: str, replica_mode: str) -> None:
     tp, dp, steps = 4, 2, 3
     xs = rng.normal(size=(steps, 8, 3, 8)).astype(np.float32)
     dys = rng.normal(size=(steps, 3, 16)).astype(np.float32)
@@ -251,7 +252,7 @@ def test_activation_stored_sharded_across_the_tensor_parallel_group(io_mode: str
         grad.graph.bind(grad_vars).call(0)
     ir.num_host_transfers = steps
     apply_pre_alias_patterns(ir)
-    with popxl.Session(ir, "cpu") as session:
+    with popxl.Session(ir, "cpu", replica_mode=replica_mode) as session:
         session.write_variables_data({weights.weight: w, weights.bias: bias})
         out = session.run({h: xs})[d]
     for j in range(steps):
