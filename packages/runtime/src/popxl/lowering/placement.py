@@ -24,11 +24,14 @@ class Placement:
     def __init__(self, mesh: ReplicaMesh, replica_devices: list[Any] | None, device: Any) -> None:
         self.replicas = mesh.replication_factor
         self.multiprocess = jax.process_count() > 1
+        # Simulated replicas are laid out with one axis per mesh axis, so the program never reshapes state.
+        self.simulated_axes: tuple[int, ...] = ()
         if replica_devices is None:
             if self.multiprocess:
                 raise ValueError("Replicas spread over several processes need replica_mode='devices'")
             self.target: Any = device
             self.local_rows = list(range(self.replicas))
+            self.simulated_axes = mesh.axis_sizes if self.replicas > 1 else ()
         else:
             self.target = mesh.sharding(replica_devices)
             me = jax.process_index()
@@ -43,6 +46,8 @@ class Placement:
         """A device array from this process's replica rows."""
         if self.replicas == 1:
             return jax.device_put(rows[0], self.target)
+        if self.simulated_axes:
+            return jax.device_put(rows.reshape(*self.simulated_axes, *rows.shape[1:]), self.target)
         if not self.multiprocess:
             return jax.device_put(rows, self.target)
         return jax.make_array_from_process_local_data(self.target, rows, (self.replicas, *rows.shape[1:]))
@@ -55,6 +60,8 @@ class Placement:
         """This process's replica rows of a device array."""
         if self.replicas == 1:
             return np.asarray(array)[None]
+        if self.simulated_axes:
+            return np.asarray(array).reshape(self.replicas, *array.shape[len(self.simulated_axes) :])
         if not self.multiprocess:
             return np.asarray(array)
         shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
@@ -62,8 +69,8 @@ class Placement:
 
     def fetch_all(self, array: jax.Array) -> Array:
         """Every replica's rows of a device array, on every process."""
-        if self.replicas == 1:
-            return np.asarray(array)[None]
+        if self.replicas == 1 or self.simulated_axes:
+            return self.fetch_local(array)
         if not self.multiprocess:
             return np.asarray(array)
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))

@@ -86,17 +86,11 @@ class ReplicaMesh:
         return self._vmapped(fn)
 
     def _vmapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` mapped over one leading axis per mesh axis (the placement lays arrays out so)."""
         mapped = fn
         for name in reversed(self.axis_names):
             mapped = jax.vmap(mapped, axis_name=name)
-        sizes = self.axis_sizes
-
-        def run(*args: Any) -> Any:
-            split = jax.tree.map(lambda x: x.reshape(*sizes, *x.shape[1:]), args)
-            out = mapped(*split)
-            return jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(sizes) :]), out)
-
-        return run
+        return mapped
 
     def sharding(self, devices: list[Any]) -> NamedSharding:
         """The sharding that puts replica r's slice of a leading replica axis on device r."""
