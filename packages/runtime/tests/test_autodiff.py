@@ -57,7 +57,7 @@ CASES: dict[str, tuple[Callable[..., popxl.Tensor], Callable[..., Any], list[np.
     "sqrt_square": (lambda a: ops.sqrt(ops.square(a) + 1.0), lambda a: jnp.sqrt(a * a + 1), [A]),
     "softmax": (lambda a: ops.softmax(a, 1), lambda a: jax.nn.softmax(a, axis=1), [A]),
     "reductions": (
-        lambda a: ops.reduce_sum(a, 0) * ops.reduce_mean(a, 0) + ops.reduce_max(a, 0),
+        lambda a: ops.sum(a, 0) * ops.mean(a, 0) + ops.max(a, 0),
         lambda a: a.sum(0) * a.mean(0) + a.max(0),
         [A],
     ),
@@ -76,6 +76,22 @@ CASES: dict[str, tuple[Callable[..., popxl.Tensor], Callable[..., Any], list[np.
         lambda a, w, b: (a - a.mean(1, keepdims=True)) / jnp.sqrt(a.var(1, keepdims=True) + 1e-5) * w + b,
         [A, ROW, ROW * 2],
     ),
+    "gather_dynamic_slice": (
+        lambda a: (
+            ops.gather(a, popxl.constant(np.array([2, 0, 2], np.int32)))
+            * ops.dynamic_slice(a, popxl.constant(np.array([1], np.int32)), [0], [1])
+        ),
+        lambda a: a[np.array([2, 0, 2])] * a[1:2],
+        [A],
+    ),
+    "dynamic_update": (
+        lambda a, b: ops.dynamic_update(
+            a, popxl.constant(np.array([1, 0], np.int32)), ops.slice(b, 0, 2, axis=0) * 2.0, [0, 1], [2, 4]
+        ),
+        lambda a, b: jnp.asarray(a).at[1:3, 0:4].set(b[0:2] * 2),
+        [A, B],
+    ),
+    "logsumexp": (lambda a: ops.logsumexp(a, 1), lambda a: jax.scipy.special.logsumexp(a, axis=1), [A]),
     "expand_cast": (
         lambda a: ops.expand(ops.cast(a, popxl.float16), (2, 3, 4)),
         lambda a: jnp.broadcast_to(a.astype(jnp.float16), (2, 3, 4)),
@@ -225,7 +241,7 @@ def test_gradient_accumulated_into_a_variable_over_runs() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
         h = popxl.h2d_stream((4, 3), popxl.float32, "x")
-        graph = ir.create_graph(lambda x, w: ops.reduce_sum(x @ w), h.spec, popxl.TensorSpec((3, 2), popxl.float32))
+        graph = ir.create_graph(lambda x, w: ops.sum(x @ w), h.spec, popxl.TensorSpec((3, 2), popxl.float32))
         info = autodiff(graph, grads_required=graph.inputs[1:])
         w = popxl.variable(np.ones((3, 2), np.float32), name="w")
         acc = popxl.variable(np.zeros((3, 2), np.float32), name="acc")
@@ -252,7 +268,7 @@ def test_two_layer_mlp_sgd_matches_jax() -> None:
 
         def loss_fn(x: popxl.Tensor, y: popxl.Tensor, w1: popxl.Tensor, w2: popxl.Tensor) -> popxl.Tensor:
             err = ops.gelu(x @ w1) @ w2 - y
-            return ops.reduce_mean(err * err)
+            return ops.mean(err * err)
 
         graph = ir.create_graph(
             loss_fn,

@@ -42,11 +42,15 @@ UNARY: dict[str, tuple[Callable[[popxl.Tensor], popxl.Tensor], Callable[..., Any
     "detach": (ops.detach, lambda x: x, X),
     "io_tile_copy": (ops.io_tile_copy, lambda x: x, X),
     "softmax": (lambda t: ops.softmax(t, axis=1), lambda x: np.exp(x) / np.exp(x).sum(1, keepdims=True), X),
-    "reduce_sum": (lambda t: ops.reduce_sum(t, 1), lambda x: x.sum(1), X),
-    "reduce_sum_all": (ops.reduce_sum, np.sum, X),
-    "reduce_mean_keep": (lambda t: ops.reduce_mean(t, 0, keepdims=True), lambda x: x.mean(0, keepdims=True), X),
-    "reduce_max": (lambda t: ops.reduce_max(t, [0, 1]), np.max, X),
-    "reduce_min": (lambda t: ops.reduce_min(t, -1), lambda x: x.min(-1), X),
+    "sum": (lambda t: ops.sum(t, 1), lambda x: x.sum(1), X),
+    "sum_all": (ops.sum, np.sum, X),
+    "mean_keep": (lambda t: ops.mean(t, 0, keepdims=True), lambda x: x.mean(0, keepdims=True), X),
+    "max": (lambda t: ops.max(t, [0, 1]), np.max, X),
+    "min": (lambda t: ops.min(t, -1), lambda x: x.min(-1), X),
+    "sumsquare": (lambda t: ops.sumsquare(t, 0), lambda x: (x * x).sum(0), X),
+    "logsumexp": (lambda t: ops.logsumexp(t, 1), lambda x: np.log(np.exp(x).sum(1)), X),
+    "split": (lambda t: ops.split(t, [1, 3], axis=1)[1], lambda x: x[:, 1:], X),
+    "scaled_add": (lambda t: ops.scaled_add(t, t * t, 2.0, 0.5), lambda x: 2 * x + 0.5 * x * x, X),
     "reshape": (lambda t: ops.reshape(t, (2, -1)), lambda x: x.reshape(2, -1), X),
     "flatten": (ops.flatten, lambda x: x.reshape(-1), X),
     "transpose": (ops.transpose, lambda x: x.T, X),
@@ -221,3 +225,49 @@ def test_op_errors_name_the_problem() -> None:
             ops.reshape(a, (4,))
         with pytest.raises(ValueError, match="no elements"):
             _ = a + np.zeros((0,))
+
+
+def test_indexing_ops() -> None:
+    idx = np.array([[2, 0], [1, 5]], np.int32)
+
+    def build() -> dict[str, popxl.Tensor]:
+        t = popxl.constant(X)
+        start = popxl.constant(np.array([1, 2], np.uint32))
+        update = popxl.constant(np.full((2, 2), 9, np.float32))
+        labels = popxl.constant(np.array([0, 3, 1], np.int32))
+        return {
+            "gather": ops.gather(t, popxl.constant(idx[0]), axis=0),
+            "gather_zero": ops.gather(t, idx, axis=1, zero_OOR=True),
+            "slice": ops.dynamic_slice(t, start, [0, 1], [2, 2]),
+            "update": ops.dynamic_update(t, start, update, [0, 1], [2, 2]),
+            "onehot": ops.onehot(labels, 4, popxl.constant(np.array([0, 1], np.float32))),
+            "argmax": ops.argmax(t, 1),
+            "argmin": ops.argmin(t, 0, keepdim=True),
+        }
+
+    out = run_main(build)
+    np.testing.assert_array_equal(out["gather"], X[[2, 0]])
+    expected = np.take(X, np.clip(idx, 0, 3), axis=1)
+    expected[:, 1, 1] = 0
+    np.testing.assert_array_equal(out["gather_zero"], expected)
+    np.testing.assert_array_equal(out["slice"], X[1:3, 2:4])
+    updated = X.copy()
+    updated[1:3, 2:4] = 9
+    np.testing.assert_array_equal(out["update"], updated)
+    np.testing.assert_array_equal(out["onehot"], np.eye(4, dtype=np.float32)[[0, 3, 1]])
+    np.testing.assert_array_equal(out["argmax"], X.argmax(1))
+    np.testing.assert_array_equal(out["argmin"], X.argmin(0)[None])
+
+
+def test_in_place_dynamic_update_writes_a_variable() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.zeros((4, 3), np.float32), name="v")
+        ops.dynamic_update_(
+            v, popxl.constant(np.array([2], np.uint32)), popxl.constant(np.ones((1, 3), np.float32)), [0], [1]
+        )
+    with popxl.Session(ir, "cpu") as s:
+        s.run()
+    expected = np.zeros((4, 3), np.float32)
+    expected[2] = 1
+    np.testing.assert_array_equal(s.get_tensor_data(v), expected)

@@ -8,6 +8,7 @@ from popxl.opdefs import (  # noqa: F401
     collectives,
     control,
     elementwise,
+    indexing,
     io,
     linalg,
     random,

@@ -46,7 +46,9 @@ SQUARE = _unary("square", jnp.square)
 RECIPROCAL = _unary("reciprocal", jnp.reciprocal)
 LOGICAL_NOT = _unary("logical_not", jnp.logical_not, differentiable=False)
 IDENTITY = register(OpDef("identity", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True)))
-DETACH = register(OpDef("detach", like_input(0), lambda ctx, op, x: [jax.lax.stop_gradient(x)]))
+DETACH = register(
+    OpDef("detach", like_input(0), lambda ctx, op, x: [jax.lax.stop_gradient(x)], grad=lambda gb, op, grads: [None])
+)
 
 
 def _binary_infer(

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from popxl import dtypes
+from popxl.creation import constant
 from popxl.op import OpDef, create_op
 from popxl.opdefs import elementwise as ew
 from popxl.opdefs import linalg, reduce
@@ -192,26 +193,6 @@ def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims:
     return _one(opdef, [t], {"axis": ax, "keepdims": keepdims})
 
 
-def reduce_sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Sum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_SUM, t, axis, keepdims)
-
-
-def reduce_mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Mean over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_MEAN, t, axis, keepdims)
-
-
-def reduce_max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Maximum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_MAX, t, axis, keepdims)
-
-
-def reduce_min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Minimum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_MIN, t, axis, keepdims)
-
-
 def softmax(t: Tensor, axis: int) -> Tensor:
     """Softmax along `axis`."""
     if not -t.rank <= axis < t.rank:
@@ -303,3 +284,63 @@ def getitem(t: Tensor, key: Any) -> Tensor:
             raise TypeError(f"Unsupported index {k!r} for {t}: use ints and slices")
     out = _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
     return squeeze(out, drop) if drop else out
+
+
+def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Sum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_SUM, t, axis, keepdims)
+
+
+def mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Mean over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_MEAN, t, axis, keepdims)
+
+
+def max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Maximum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_MAX, t, axis, keepdims)
+
+
+def min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Minimum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_MIN, t, axis, keepdims)
+
+
+def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Sum of squares over `axis` (all axes by default)."""
+    return sum(mul(t, t), axis, keepdims)
+
+
+def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """log(sum(exp(t))) over `axis`, computed stably."""
+    peak = detach(max(t, axis, keepdims=True))
+    out = add(log(sum(exp(sub(t, peak)), axis, keepdims=True)), peak)
+    if keepdims:
+        return out
+    ax = tuple(range(t.rank)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
+    return squeeze(out, [a % t.rank for a in ax])
+
+
+def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    """`t` cut along `axis` into `splits` equal parts, or into parts of the given lengths."""
+    axis = axis % t.rank
+    if isinstance(splits, int):
+        if t.shape[axis] % splits:
+            raise ValueError(f"Axis {axis} of {t} does not split into {splits} equal parts")
+        splits = [t.shape[axis] // splits] * splits
+    if builtins.sum(splits) != t.shape[axis]:
+        raise ValueError(f"Split lengths {list(splits)} do not add up to axis {axis} of {t}")
+    parts, start = [], 0
+    for length in splits:
+        parts.append(slice(t, start, start + length, axis=axis))
+        start += length
+    return parts
+
+
+def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
+    """`a * X + b * Y`."""
+    return add(mul(_scalar(a, X), X), mul(_scalar(b, X), Y))
+
+
+def _scalar(value: float | Tensor, like: Tensor) -> Tensor:
+    return value if isinstance(value, Tensor) else constant(np.asarray(value, like.dtype.as_numpy()), like.dtype)

@@ -1,0 +1,68 @@
+"""Indexing ops of `popxl.ops`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from popxl.creation import constant
+from popxl.op import create_op
+from popxl.opdefs import indexing as ix
+from popxl.tensor import Tensor
+
+
+def _indices(value: Any) -> Tensor:
+    return value if isinstance(value, Tensor) else constant(np.asarray(value, np.int32))
+
+
+def gather(
+    t: Tensor,
+    indices: Tensor | Any,
+    axis: int = 0,
+    available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
+) -> Tensor:
+    """Elements of `t` at `indices` along `axis` (as numpy.take); out-of-range ones are zeros with `zero_OOR`."""
+    return create_op(ix.GATHER, [t, _indices(indices)], {"axis": axis, "zero_OOR": zero_OOR})[0]
+
+
+def dynamic_slice(
+    t: Tensor, index: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False
+) -> Tensor:
+    """A slice of `sizes` along `axes`, starting at the run-time `index` (one start per axis)."""
+    return create_op(ix.DYNAMIC_SLICE, [t, index], {"axes": list(axes), "sizes": list(sizes)})[0]
+
+
+def dynamic_update(
+    t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False
+) -> Tensor:
+    """A copy of `t` with `t_update` written at the run-time `index` along `axes`."""
+    return create_op(ix.DYNAMIC_UPDATE, [t, t_update, index], {"axes": list(axes), "sizes": list(sizes)})[0]
+
+
+def dynamic_update_(
+    t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False
+) -> Tensor:
+    """`dynamic_update` in place on `t`."""
+    attrs = {"axes": list(axes), "sizes": list(sizes)}
+    return create_op(ix.DYNAMIC_UPDATE_INPLACE, [t, t_update, index], attrs, modified=(0,))[0]
+
+
+def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1) -> Tensor:
+    """`values[1]` where an axis position equals the index in `t`, `values[0]` elsewhere."""
+    classes = (
+        num_classes if isinstance(num_classes, int) else int(np.asarray(getattr(num_classes, "data", num_classes)))
+    )
+    return create_op(ix.ONEHOT, [t, values], {"num_classes": classes, "axis": axis})[0]
+
+
+def argmax(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
+    """Indices of the maxima along `dim` (int32)."""
+    return create_op(ix.ARGMAX, [t], {"dim": dim, "keepdim": keepdim})[0]
+
+
+def argmin(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
+    """Indices of the minima along `dim` (int32)."""
+    return create_op(ix.ARGMIN, [t], {"dim": dim, "keepdim": keepdim})[0]
