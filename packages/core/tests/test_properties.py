@@ -125,7 +125,7 @@ def test_serialised_random_chains_match_numpy(
             result = batch_serialise(graph, steps, {x_in: load_handle}, {y_out: d}, {}, rows=rows, io_mode=io_mode)
         else:
             out_buffer = batch_serial_buffer(y_out, steps=steps, rows=rows)
-            offset = (lambda r: (r * -1) + (rows - 1)) if store == "callable" else ROW_OFFSETS[store](rows)
+            offset = (lambda r: (rows - 1) - r) if store == "callable" else ROW_OFFSETS[store](rows)
             handle = RemoteHandle(out_buffer, offset)
             result = batch_serialise(graph, steps, {x_in: load_handle}, {}, {y_out: handle}, rows=rows, io_mode=io_mode)
         bound = result.graph.bind(args.init())

@@ -65,7 +65,7 @@ def store_slot(variant: Variant, row: int, step: int) -> int:
 
 def _row_offset(variant: Variant) -> Any:
     rows = variant.rows
-    return {"zero": 0, "int": 1, "none": None, "callable": lambda r: (r * -1) + (rows - 1)}[variant.store]
+    return {"zero": 0, "int": 1, "none": None, "callable": lambda r: (rows - 1) - r}[variant.store]
 
 
 def _create(
