@@ -24,9 +24,12 @@ def test_host_streams_several_transfers_in_a_loop() -> None:
     with popxl.Session(ir, "cpu") as s:
         assert s.expected_inputs == [h] and unused not in s.expected_inputs
         first = s.run({h: data})[d]
-        second = s.run({h: data + 1})[d]
+        outputs = s.create_host_outputs()
+        s.run_with_outputs({h: data + 1}, outputs)
+        with pytest.raises(ValueError, match="must be float32 of shape"):
+            s.run_with_outputs({h: data}, {d: np.zeros((2, 3), np.float32)})
     np.testing.assert_allclose(first, data * 3)
-    np.testing.assert_allclose(second, (data + 1) * 3)
+    np.testing.assert_allclose(outputs[d], (data + 1) * 3)
 
 
 @pytest.mark.parametrize("tensor_index", [False, True])

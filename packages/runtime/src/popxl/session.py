@@ -96,6 +96,26 @@ class Session:
         self._host_stale = True
         return {s: self._from_replica_major(outputs[s.tensor_id]) for s in self._program.d2h}
 
+    def create_host_outputs(self) -> dict[DeviceToHostStream, Array]:
+        """Zeroed host arrays for every device-to-host stream, in the layout `run` returns."""
+        return {s: np.zeros(self._host_shape(s.shape), s.dtype.as_numpy()) for s in self._program.d2h}
+
+    def run_with_outputs(
+        self, inputs: Mapping[HostToDeviceStream, Any] | None, outputs: Mapping[DeviceToHostStream, Array]
+    ) -> None:
+        """Execute the main graph once, writing the results into the given host arrays."""
+        for stream, array in outputs.items():
+            want = self._host_shape(stream.shape)
+            if not isinstance(array, np.ndarray) or array.shape != want or array.dtype != stream.dtype.as_numpy():
+                raise ValueError(
+                    f"Output array for stream '{stream.tensor_id}' must be {stream.dtype.as_numpy()} of shape {want}"
+                )
+        missing = [s.tensor_id for s in self._program.d2h if s not in outputs]
+        if missing:
+            raise ValueError(f"run_with_outputs needs arrays for streams {missing}")
+        for stream, result in self.run(inputs).items():
+            outputs[stream][...] = result
+
     def _validated_inputs(self, inputs: dict[HostToDeviceStream, Any]) -> dict[str, Array]:
         expected = self._program.h2d
         unexpected = [s for s in inputs if not any(s is e for e in expected)]

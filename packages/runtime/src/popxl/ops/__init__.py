@@ -1,7 +1,7 @@
 """popxl ops: each function adds one op to the current graph."""
 
 from popxl.ops import collectives, var_updates
-from popxl.ops.call import CallSiteInfo, call, call_with_info, repeat
+from popxl.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
 from popxl.ops.indexing import argmax, argmin, dynamic_slice, dynamic_update, dynamic_update_, gather, onehot
 from popxl.ops.io import host_load, host_store, init, io_tile_copy, remote_load, remote_load_, remote_store
 from popxl.ops.maths import (
@@ -123,6 +123,7 @@ __all__ = [
     "remote_load_",
     "remote_store",
     "repeat",
+    "repeat_with_info",
     "reshape",
     "sigmoid",
     "sin",

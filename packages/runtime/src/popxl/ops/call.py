@@ -158,7 +158,14 @@ def repeat(
     graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
 ) -> tuple[Tensor, ...]:
     """Run `graph` `repeat_count` times; its K outputs feed its first K inputs on each next run."""
+    return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
+
+
+def repeat_with_info(
+    graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
+) -> CallSiteInfo:
+    """`repeat`, returning the loop's call-site info."""
     if repeat_count < 0:
         raise ValueError(f"repeat_count must be >= 0, got {repeat_count}")
     parents = bind_inputs(graph, inputs, inputs_dict)
-    return tuple(_create(REPEAT, graph, parents, {"count": int(repeat_count)}).outputs)
+    return CallSiteInfo(_create(REPEAT, graph, parents, {"count": int(repeat_count)}))
