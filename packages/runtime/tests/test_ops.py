@@ -271,3 +271,11 @@ def test_in_place_dynamic_update_writes_a_variable() -> None:
     expected = np.zeros((4, 3), np.float32)
     expected[2] = 1
     np.testing.assert_array_equal(s.get_tensor_data(v), expected)
+
+
+@pytest.mark.parametrize("dtype", [popxl.float16, popxl.bfloat16, popxl.int8, popxl.uint32, popxl.bool])
+def test_dtypes_round_trip(dtype: popxl.dtype) -> None:
+    data = np.array([[0, 1], [2, 3]]).astype(dtype.as_numpy())
+    out = run_main(lambda: {"y": ops.cast(ops.cast(popxl.constant(data, dtype), popxl.float32), dtype)})["y"]
+    assert out.dtype == dtype.as_numpy()
+    np.testing.assert_array_equal(out, data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -89,6 +90,9 @@ def test_devices_and_ipu_aliases() -> None:
     ir, h, d, _ = _counter_program()
     with pytest.raises(ValueError, match="Unknown device"):
         popxl.Session(ir, "tpu9")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        with pytest.raises(ValueError, match="JAX sees no such device"):
+            popxl.Session(ir, "gpu")
     with popxl.Session(ir, "ipu_model") as s:
         out = s.run({h: np.ones((2, 3), np.float32)})[d]
     np.testing.assert_allclose(out, 2)

@@ -78,7 +78,10 @@ class Program:
         self.replicas = ir.replication_factor
         self.mesh = ReplicaMesh(self.replicas, groupings)
         platform = _platform(device_desc)
-        available = jax.devices(platform) if platform else jax.devices()
+        try:
+            available = jax.devices(platform) if platform else jax.devices()
+        except RuntimeError as e:
+            raise ValueError(f"Session device {device_desc!r}: JAX sees no such device here ({e})") from e
         self.device = available[0]
         use_devices = replica_mode == "devices" or (replica_mode == "auto" and len(available) >= self.replicas > 1)
         if use_devices and len(available) < self.replicas:
