@@ -25,6 +25,7 @@ def main(port: int, process_id: int) -> None:
         ops.var_updates.accumulate_(v, total)
         ops.host_store(d, total + ops.collectives.replicated_all_reduce(x, group=pairs))
     ir.num_host_transfers = 1
+    assert ir.instance_replication_factor == 2
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     mine = x[2 * process_id : 2 * process_id + 2]
     with popxl.Session(ir, "cpu", replica_mode="devices") as session:

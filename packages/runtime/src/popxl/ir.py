@@ -59,8 +59,10 @@ class Ir:
 
     @property
     def instance_replication_factor(self) -> int:
-        """Replicas run by this process."""
-        return self._replication_factor
+        """Replicas run by this process (all of them unless several processes share the program)."""
+        from popxl.lowering.distributed import process_count
+
+        return self._replication_factor // process_count()
 
     @property
     def num_host_transfers(self) -> int:
