@@ -126,3 +126,27 @@ def test_constant_offsets_are_checked_when_the_session_is_created() -> None:
         popxl.Session(ir, "cpu")
     buf.entries = 4
     popxl.Session(ir, "cpu")
+
+
+def test_without_checks_written_state_is_updated_in_place() -> None:
+    def program() -> tuple[popxl.Ir, popxl.Variable, popxl.DeviceToHostStream]:
+        ir = popxl.Ir()
+        with ir.main_graph, popxl.in_sequence(True):
+            v = popxl.variable(np.zeros((64, 64), np.float32), name="v")
+            frozen = popxl.variable(np.ones((64, 64), np.float32), name="frozen")
+            buf = popxl.remote_buffer((64, 64), popxl.float32, entries=2)
+            ops.remote_store(buf, 1, ops.remote_load(buf, 1) + frozen)
+            ops.var_updates.accumulate_(v, ops.remote_load(buf, 1))
+            d = popxl.d2h_stream((64, 64), popxl.float32, "v")
+            ops.host_store(d, v)
+        return ir, v, d
+
+    results = {}
+    for checks in (True, False):
+        ir, v, d = program()
+        with popxl.Session(ir, "cpu", checks=checks) as s:
+            outs = [s.run()[d][0, 0] for _ in range(3)]
+            results[checks] = (outs, s.get_tensor_data(v)[0, 0], s.memory_analysis()["alias"])
+    assert results[True][:2] == results[False][:2] == ([1.0, 3.0, 6.0], 6.0)
+    # The variable (16 KiB) and the buffer it writes (2 entries of 16 KiB) are donated; the frozen one is not.
+    assert results[True][2] == 0 and results[False][2] == 64 * 64 * 4 + 2 * 64 * 64 * 4

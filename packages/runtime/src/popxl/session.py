@@ -173,7 +173,7 @@ class Session:
         return np.array(arr if nht > 1 else arr[0], order="C")
 
     def memory_analysis(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[str, int]:
-        """XLA's memory figures (bytes) for the compiled program: temp, argument, output and code size."""
+        """XLA's memory figures (bytes) for the compiled program: temp, argument, output, aliased and code size."""
         self._require_attached("memory_analysis")
         compiled = self._program.compiled(self._state, self._validated_inputs(dict(inputs or {})))
         stats = compiled.memory_analysis()
@@ -181,6 +181,7 @@ class Session:
             "temp": int(stats.temp_size_in_bytes),
             "argument": int(stats.argument_size_in_bytes),
             "output": int(stats.output_size_in_bytes),
+            "alias": int(stats.alias_size_in_bytes),
             "code": int(stats.generated_code_size_in_bytes),
         }
 

@@ -23,6 +23,7 @@ from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import RemoteVariable, Variable
 
 State = dict[str, dict[str, jax.Array]]
+_PARTS = ("vars", "buffers")
 
 _IPU_NAMES = ("ipu_hw", "ipu_model")
 _warned_no_ipu = False
@@ -92,12 +93,30 @@ class Program:
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
         self.placement = Placement(self.mesh, self.replica_devices, self.device)
         self.sites = CheckSites() if checks else None
-        self._step = jax.jit(self.mesh.per_replica(self._replica_step, self.replica_devices))
+        # Without checks no run can fail after it started, so the state it writes is donated to XLA
+        # and updated in place; with checks a failed run must keep the state it had.
+        self._written: dict[str, list[str]] | None = None
+        donate = (0,) if not checks else ()
+        self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
 
     @property
     def mode(self) -> str:
         """'devices' (one replica per device) or 'simulate' (all replicas on one device)."""
         return "devices" if self.replica_devices is not None else "simulate"
+
+    def _split_step(self, written: State, readonly: State, host_inputs: dict[str, jax.Array]) -> Any:
+        state = {part: {**readonly[part], **written[part]} for part in _PARTS}
+        return self._replica_step(state, host_inputs)
+
+    def _split(self, state: State, device_inputs: dict[str, jax.Array]) -> tuple[State, State]:
+        """`state` as (the entries the program writes, the rest)."""
+        if self._written is None:
+            step = self.mesh.per_replica(self._replica_step, self.replica_devices)
+            shapes = jax.eval_shape(step, state, device_inputs)[0]
+            self._written = {part: sorted(shapes[part]) for part in _PARTS}
+        written = {part: {k: state[part][k] for k in self._written[part]} for part in _PARTS}
+        readonly = {part: {k: v for k, v in state[part].items() if k not in written[part]} for part in _PARTS}
+        return written, readonly
 
     def _replica_step(self, state: State, host_inputs: dict[str, jax.Array]) -> Any:
         nht = self.ir.num_host_transfers
@@ -200,19 +219,21 @@ class Program:
         Raises OutOfRangeError (and returns nothing) if a checked index was out of range on any replica.
         """
         device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
-        written, outputs, error = self._step(state, device_inputs)
+        written_in, readonly = self._split(state, device_inputs)
+        written, outputs, error = self._step(written_in, readonly, device_inputs)
         codes = self.placement.fetch_all(error["code"])
         if self.sites is not None and codes.any():
             replica = int(np.flatnonzero(codes)[0])
             where = self.sites.descriptions[int(codes[replica]) - 1]
             index = int(self.placement.fetch_all(error["index"])[replica])
             raise OutOfRangeError(f"{where.format(index=index)} (replica {replica}); nothing was changed")
-        new_state = {part: {**state[part], **written[part]} for part in ("vars", "buffers")}
+        new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
 
     def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The compiled XLA executable for these argument shapes (for memory analysis)."""
-        return self._step.lower(state, {k: self.placement.put_local(v) for k, v in inputs.items()}).compile()
+        device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
+        return self._step.lower(*self._split(state, device_inputs), device_inputs).compile()
 
 
 def _unique(items: Any) -> list[Any]:
