@@ -142,11 +142,14 @@ def test_without_checks_written_state_is_updated_in_place() -> None:
         return ir, v, d
 
     results = {}
-    for checks in (True, False):
+    for checks, donate in ((True, None), (False, None), (False, False)):
         ir, v, d = program()
-        with popxl.Session(ir, "cpu", checks=checks) as s:
+        with popxl.Session(ir, "cpu", checks=checks, donate_state=donate) as s:
             outs = [s.run()[d][0, 0] for _ in range(3)]
-            results[checks] = (outs, s.get_tensor_data(v)[0, 0], s.memory_analysis()["alias"])
-    assert results[True][:2] == results[False][:2] == ([1.0, 3.0, 6.0], 6.0)
+            results[checks, donate] = (outs, s.get_tensor_data(v)[0, 0], s.memory_analysis()["alias"])
+    assert all(r[:2] == ([1.0, 3.0, 6.0], 6.0) for r in results.values())
     # The variable (16 KiB) and the buffer it writes (2 entries of 16 KiB) are donated; the frozen one is not.
-    assert results[True][2] == 0 and results[False][2] == 64 * 64 * 4 + 2 * 64 * 64 * 4
+    assert results[False, None][2] == 64 * 64 * 4 + 2 * 64 * 64 * 4
+    assert results[True, None][2] == results[False, False][2] == 0
+    with pytest.raises(ValueError, match="needs checks=False"):
+        popxl.Session(program()[0], "cpu", donate_state=True)

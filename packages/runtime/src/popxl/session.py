@@ -21,7 +21,8 @@ class Session:
 
     Use it as a context manager: entering attaches and copies the weights to the
     device, leaving copies them back. `checks=False` skips the run-time index
-    checks; `replica_mode` picks one device per replica ("devices"), a one-device
+    checks and (unless `donate_state=False`) lets XLA update written state in
+    place; `replica_mode` picks one device per replica ("devices"), a one-device
     simulation ("simulate") or the former when enough devices exist ("auto").
     """
 
@@ -32,10 +33,11 @@ class Session:
         weights_to_host_on_exit: bool = True,
         checks: bool = True,
         replica_mode: str = "auto",
+        donate_state: bool | None = None,
     ) -> None:
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
-        self._program = Program(ir, device_desc, checks, replica_mode)
+        self._program = Program(ir, device_desc, checks, replica_mode, donate_state)
         ir._session_created = True
         self._host: dict[Variable, Array] = {v: v.host_data.copy() for v in self._program.variables}
         self._state: Any = None

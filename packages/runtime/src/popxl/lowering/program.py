@@ -59,7 +59,14 @@ def _platform(device_desc: str) -> str | None:
 class Program:
     """The lowered program of an Ir: state layout, streams, replicas and the jitted step."""
 
-    def __init__(self, ir: Ir, device_desc: str = "cpu", checks: bool = True, replica_mode: str = "auto") -> None:
+    def __init__(
+        self,
+        ir: Ir,
+        device_desc: str = "cpu",
+        checks: bool = True,
+        replica_mode: str = "auto",
+        donate_state: bool | None = None,
+    ) -> None:
         if replica_mode not in ("auto", "devices", "simulate"):
             raise ValueError(f"replica_mode must be 'auto', 'devices' or 'simulate', got {replica_mode!r}")
         self.ir = ir
@@ -93,10 +100,12 @@ class Program:
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
         self.placement = Placement(self.mesh, self.replica_devices, self.device)
         self.sites = CheckSites() if checks else None
-        # Without checks no run can fail after it started, so the state it writes is donated to XLA
-        # and updated in place; with checks a failed run must keep the state it had.
+        # Without checks no run can fail after it started, so by default the state it writes is donated
+        # to XLA and updated in place; with checks a failed run must keep the state it had.
+        if donate_state and checks:
+            raise ValueError("donate_state=True needs checks=False: a failed checked run must keep its state")
         self._written: dict[str, list[str]] | None = None
-        donate = (0,) if not checks else ()
+        donate = (0,) if (not checks if donate_state is None else donate_state) else ()
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
 
     @property
