@@ -65,10 +65,11 @@ class ReplicaMesh:
 
     def group_rank(self, group: ReplicaGrouping) -> jax.Array:
         """The rank of the current replica within its group."""
+        axes = self.group_axes(group)
         rank = jnp.int32(0)
         weight = 1
         for name, size, _cut in self._digits:
-            if name in self.group_axes(group):
+            if name in axes:
                 rank = rank + jax.lax.axis_index(name).astype(jnp.int32) * weight
                 weight *= size
         return rank

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl.op import Attrs, Op, OpDef, register
-from popxl.opdefs.common import vjp_grad
+from popxl.opdefs.common import like_input, vjp_grad
 from popxl.tensor import Constant, TensorSpec
 
 
@@ -164,11 +164,7 @@ REMOTE_STORE = register(
 )
 
 
-def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
-    return [specs[0]]
-
-
-IO_TILE_COPY = register(OpDef("io_tile_copy", _like, lambda ctx, op, x: [x], grad=vjp_grad(linear=True)))
+IO_TILE_COPY = register(OpDef("io_tile_copy", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True)))
 
 
 def _init_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl.op import Attrs, OpDef, register
-from popxl.opdefs.common import same_dtype, vjp_grad
+from popxl.opdefs.common import like_input, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
 
 
@@ -51,14 +51,10 @@ REDUCE_MAX = _reduction("reduce_max", jnp.max, linear=False)
 REDUCE_MIN = _reduction("reduce_min", jnp.min, linear=False)
 
 
-def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
-    return [specs[0]]
-
-
 SOFTMAX = register(
     OpDef(
         "softmax",
-        _like,
+        like_input(0),
         lambda ctx, op, x: [jax.nn.softmax(x, axis=op.attrs["axis"])],
         grad=vjp_grad(),
     )
