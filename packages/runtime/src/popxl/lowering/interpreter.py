@@ -42,12 +42,19 @@ class LoweringContext:
     """
 
     def __init__(
-        self, world: World, host_inputs: dict[str, jax.Array], mesh: ReplicaMesh, sites: CheckSites | None
+        self,
+        world: World,
+        host_inputs: dict[str, jax.Array],
+        mesh: ReplicaMesh,
+        sites: CheckSites | None,
+        written: dict[Graph, list[WorldKey]],
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
         self.mesh = mesh
         self.sites = sites
+        # Which world entries each loop body writes: found once per graph and program, reused by later traces.
+        self.written = written
 
     def check(self, ok: jax.Array, what: str, index: jax.Array, bound: int) -> None:
         """Record a failed check (the first per replica) unless checks are off."""
@@ -75,13 +82,17 @@ class LoweringContext:
         Found by tracing `graph` once more; XLA drops that unused trace. Loops carry
         only these entries, so that state a loop merely reads is not copied.
         """
-        saved = self.world
-        self.world = {part: dict(entries) for part, entries in saved.items()}
-        try:
-            self.run_graph(graph, inputs)
-            return [(p, k) for p, entries in self.world.items() for k, v in entries.items() if v is not saved[p][k]]
-        finally:
-            self.world = saved
+        if graph not in self.written:
+            saved = self.world
+            self.world = {part: dict(entries) for part, entries in saved.items()}
+            try:
+                self.run_graph(graph, inputs)
+                self.written[graph] = [
+                    (p, k) for p, entries in self.world.items() for k, v in entries.items() if v is not saved[p][k]
+                ]
+            finally:
+                self.world = saved
+        return self.written[graph]
 
     def world_entries(self, keys: Sequence[WorldKey]) -> list[jax.Array]:
         """The current values of world entries."""

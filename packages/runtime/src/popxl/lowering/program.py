@@ -13,7 +13,7 @@ import numpy as np
 from popxl.errors import OutOfRangeError
 from popxl.graph import Graph
 from popxl.ir import Ir
-from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
+from popxl.lowering.interpreter import CheckSites, LoweringContext, WorldKey, execute
 from popxl.lowering.placement import Placement
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.opdefs.io import buffer_key
@@ -105,6 +105,7 @@ class Program:
         if donate_state and checks:
             raise ValueError("donate_state=True needs checks=False: a failed checked run must keep its state")
         self._written: dict[str, list[str]] | None = None
+        self._loop_writes: dict[Graph, list[WorldKey]] = {}
         donate = (0,) if (not checks if donate_state is None else donate_state) else ()
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
 
@@ -136,7 +137,7 @@ class Program:
             "out_cursor": {s.tensor_id: jnp.int32(0) for s in self.d2h},
             "error": {"code": jnp.int32(0), "index": jnp.int32(0)},
         }
-        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites)
+        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites, self._loop_writes)
         env = execute(ctx, self.ir.main_graph, {v: state["vars"][v.id] for v in self.device_variables})
         # Only state the program wrote is returned: XLA would otherwise copy every unchanged array.
         written = {
