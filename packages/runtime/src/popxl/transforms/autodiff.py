@@ -197,7 +197,7 @@ def grad_graph(
     backward = ir.create_empty_graph(f"{forward.name}_grad")
     depends = depends_on(forward, required)
     contributes = contributes_to(forward, provided)
-    gb = GradBuilder(forward, backward, depends & contributes, called_infos)
+    gb = GradBuilder(forward, depends & contributes, called_infos)
     grads: dict[Tensor, Tensor] = {}
     with backward, context.fresh_name_scopes():
         grad_inputs = [graph_input(t.shape, t.dtype, f"Gradient___{t.name}", meta_shape=t.meta_shape) for t in provided]

@@ -23,12 +23,10 @@ class GradBuilder:
     def __init__(
         self,
         forward: Graph,
-        grad_graph: Graph,
         depends: set[Tensor],
         called_infos: dict[Graph, GradGraphInfo],
     ) -> None:
         self.forward = forward
-        self.grad_graph = grad_graph
         self.depends = depends
         self.called_infos = called_infos
         self.activations: dict[Tensor, Tensor] = {}
