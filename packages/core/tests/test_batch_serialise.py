@@ -209,7 +209,7 @@ def test_by_ref_inputs_accumulate_across_steps() -> None:
         factories, graph = Accumulate().create_graph(popxl.TensorSpec(SHAPE, popxl.float32))
         h = popxl.h2d_stream(SHAPE, popxl.float32, "x")
         result = batch_serialise(graph, steps, {graph.graph.inputs[0]: h}, {}, {}, io_mode="io_overlapped")
-        assert result.graph.graph.inputs[1] in result.graph.graph._by_ref_inputs
+        assert result.graph.graph.is_by_ref(result.graph.graph.inputs[1])
         variables = factories.init()
         result.graph.bind(variables).call(0)
     ir.num_host_transfers = steps

@@ -60,7 +60,7 @@ def test_accumulation_graph_layout_and_running_mean() -> None:
             (ExpectedConnectionType.Fwd, "x"),
         ]
         assert [t.name for t in dgraph.graph.inputs[3:]] == ["mean_accum_counter", "accum.bias", "accum.weight"]
-        assert all(t in dgraph.graph._by_ref_inputs for t in dgraph.graph.inputs[3:])
+        assert all(dgraph.graph.is_by_ref(t) for t in dgraph.graph.inputs[3:])
         assert len(dgraph.graph.outputs) == 1 and sorted(dargs.to_dict()) == [
             "accum.bias",
             "accum.weight",

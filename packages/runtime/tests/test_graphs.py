@@ -109,7 +109,7 @@ def test_by_ref_input_modified_in_call_reaches_the_variable() -> None:
         spec = popxl.TensorSpec((3,), popxl.float32)
         g = ir.create_graph(bump, spec, spec)
         g_copy = ir.create_graph(copy_bump, spec, spec)
-        assert g.inputs[0] in g._by_ref_inputs and not g_copy._by_ref_inputs
+        assert g.is_by_ref(g.inputs[0]) and not g_copy.is_by_ref(g_copy.inputs[0])
         two = popxl.constant(np.full(3, 2, np.float32))
         ops.call(g_copy, v, two)
         ops.call(g, v, two)

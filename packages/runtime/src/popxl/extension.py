@@ -1,16 +1,20 @@
 """The runtime's extension point: define new op kinds outside the runtime.
 
-An extension defines an `OpDef` (shape inference, lowering, gradient rule,
-side effects, and optionally a `check` run when a Session is created and an
-`identity_replaceable` predicate for graph rewrites), registers it with
-`register`, and creates ops with `create_op`. Lowerings receive a lowering
-context; `all_reduce_values` and `gather_values` give extensions the
-runtime's collectives without touching JAX.
+An extension defines an `OpDef` (its declarations are documented there:
+shape rule, lowering, gradient, resources read and written, subgraphs,
+replica groupings, in-place updates, and optionally a `check` run when a
+Session is created and an `identity_replaceable` predicate for graph
+rewrites), registers it with `register`, and creates ops with `create_op`.
+Lowerings receive a `LoweringContext`; `all_reduce_values` and
+`gather_values` give extensions the runtime's collectives without touching
+JAX.
 """
 
+from popxl.grad_builder import GradBuilder
 from popxl.graph import Graph
-from popxl.op import REGISTRY, Op, OpDef, create_op, register
-from popxl.opdefs.collectives import all_reduce_values, gather_values
+from popxl.lowering.interpreter import LoweringContext
+from popxl.op import REGISTRY, Attrs, Op, OpDef, create_op, register
+from popxl.opdefs.collectives import all_reduce_values, gather_values, group_of
 from popxl.opdefs.elementwise import IDENTITY
 
 
@@ -20,7 +24,7 @@ def replace_with_identity(op: Op) -> None:
         raise ValueError(f"{op} cannot become an identity: it needs one output and at least one input")
     op.opdef = IDENTITY
     op.inputs = op.inputs[:1]
-    op.modified = ()
+    op.attrs = {}
     op.replaced_by_identity = True
 
 
@@ -31,11 +35,15 @@ def identity_candidates(graph: Graph) -> list[Op]:
 
 __all__ = [
     "REGISTRY",
+    "Attrs",
+    "GradBuilder",
+    "LoweringContext",
     "Op",
     "OpDef",
     "all_reduce_values",
     "create_op",
     "gather_values",
+    "group_of",
     "identity_candidates",
     "register",
     "replace_with_identity",

@@ -95,6 +95,8 @@ class Graph:
         self._ops.append(op)
         for t in op.outputs:
             t.producer = op
+        for sub in op.subgraphs:
+            sub.graph._call_sites.append(op)
         context.record_sequenced(self, op)
 
     def _add_input(self, t: Tensor, by_ref: bool = False) -> None:
@@ -102,10 +104,53 @@ class Graph:
         if by_ref:
             self._by_ref_inputs.add(t)
 
-    def _add_output(self, t: Tensor) -> None:
+    @property
+    def call_sites(self) -> tuple[Op, ...]:
+        """The ops that run this graph (calls, loops), in creation order."""
+        return tuple(self._call_sites)
+
+    def is_by_ref(self, t: Tensor) -> bool:
+        """Whether graph input `t` is passed by reference (its callers see its in-place updates)."""
+        return t in self._by_ref_inputs
+
+    def add_output(self, t: Tensor) -> None:
+        """Make `t` the next output of this graph, and of every op already running it.
+
+        Raises if an op runs the graph whose outputs do not follow the graph's
+        (a loop, whose outputs are carried into its inputs).
+        """
         if t.graph is not self:
             raise ValueError(f"{t.id} is not in graph {self.id!r} and cannot be one of its outputs")
+        fixed = [site for site in self._call_sites if not site.opdef.outputs_follow_graph]
+        if fixed:
+            raise ValueError(
+                f"Cannot add {t.id} to the outputs of {self.id!r}: it is run by {fixed[0]}, "
+                "whose outputs do not follow the graph's"
+            )
         self._outputs.append(t)
+        for site in self._call_sites:
+            out = Tensor(site.graph, t.name, t.spec)
+            out.producer = site
+            site.outputs.append(out)
+
+    def keep_outputs(self, count: int) -> None:
+        """Drop every output after the first `count` (only while no op runs the graph)."""
+        self._require_no_call_sites("drop outputs of")
+        if not 0 <= count <= len(self._outputs):
+            raise ValueError(f"Graph {self.id!r} has {len(self._outputs)} outputs, cannot keep {count}")
+        del self._outputs[count:]
+
+    def reorder_inputs(self, order: Iterable[Tensor]) -> None:
+        """Put the graph's inputs in the given order (only while no op runs the graph)."""
+        self._require_no_call_sites("reorder the inputs of")
+        new = list(order)
+        if len(new) != len(self._inputs) or {id(t) for t in new} != {id(t) for t in self._inputs}:
+            raise ValueError(f"The new input order of {self.id!r} is not a permutation of its inputs")
+        self._inputs = new
+
+    def _require_no_call_sites(self, what: str) -> None:
+        if self._call_sites:
+            raise ValueError(f"Cannot {what} {self.id!r}: {self._call_sites[0]} already runs it")
 
 
 def graph_input(
@@ -127,7 +172,7 @@ def graph_output(t: Tensor) -> None:
     g = context.gcg()
     if not isinstance(t, Tensor):
         raise TypeError(f"graph_output takes a Tensor, got {t!r}")
-    g._add_output(t)
+    g.add_output(t)
 
 
 def _is_by_ref(annotation: Any) -> bool:

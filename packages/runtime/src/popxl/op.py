@@ -1,46 +1,103 @@
-"""Ops and the op registry: the one place where each op kind is defined.
+"""Ops and the op registry: the one contract each op kind gives the rest of the system.
 
-An `OpDef` gives an op kind's shape inference, lowering, gradient rule and side
-effects. Packages outside the runtime define new ops the same way and add them
-with `create_op`; this is the runtime's extension point.
+An `OpDef` declares, once, everything the runtime, autodiff and tools know of an
+op kind: its attrs' normal form and its output specs (from specs and attrs
+alone, never by computing on arrays), its lowering, its gradient, the
+resources it reads and writes, the subgraphs it runs, the replica groupings it
+communicates over, and which inputs it updates in place. Everything else asks
+these declarations; nothing compares op names. Packages outside the runtime
+define new op kinds the same way through `popxl.extension`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from popxl import context
+from popxl.remote_buffer import RemoteBuffer
+from popxl.replica_grouping import ReplicaGrouping
+from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Tensor, TensorSpec
 
 if TYPE_CHECKING:
+    from popxl.grad_builder import GradBuilder
     from popxl.graph import Graph
-    from popxl.transforms.grad_builder import GradBuilder
 
-Attrs = dict[str, Any]
+
+class CheckResult:
+    """The resource written by ops that check an index at run time: the first failed check."""
+
+    def __repr__(self) -> str:
+        return "CHECK_RESULT"
+
+
+CHECK_RESULT = CheckResult()
+
+Resource = RemoteBuffer | HostToDeviceStream | DeviceToHostStream | CheckResult
+Attrs = Mapping[str, Any]
+NormaliseFn = Callable[[Sequence[TensorSpec], Attrs], dict[str, Any]]
 InferFn = Callable[[Sequence[TensorSpec], Attrs], Sequence[TensorSpec]]
-LowerFn = Callable[..., Any]
+LowerFn = Callable[..., Sequence[Any]]
 GradFn = Callable[["GradBuilder", "Op", Sequence["Tensor | None"]], Sequence["Tensor | None"]]
+EffectFn = Callable[[Attrs], frozenset[Resource]]
 
 
-@dataclass(frozen=True)
+class Subgraph(NamedTuple):
+    """A graph an op runs, and how many times one execution of the op runs it."""
+
+    graph: Graph
+    trips: int
+
+
+def no_resources(attrs: Attrs) -> frozenset[Resource]:
+    """The effect of an op that reads or writes no resource."""
+    return frozenset()
+
+
+def _none(attrs: Attrs) -> tuple[()]:
+    return ()
+
+
+def _no_modifications(attrs: Attrs) -> Mapping[int, int | None]:
+    return {}
+
+
+@dataclass(eq=False)
 class OpDef:
     """Definition of one op kind.
 
-    `lower(ctx, op, *values)` returns the output values (a list), and, for ops
-    that modify inputs in place, the new values of the modified inputs as
-    `(outputs, {input_index: value})`. `grad(builder, op, output_grads)`
-    creates gradient ops in the current graph and returns one gradient (or
-    None) per input. `check(op)` may refuse an op when a session is created.
+    - `normalise(specs, attrs)` returns the attrs in normal form (axes made
+      non-negative, defaults filled in) or raises for bad attrs; `infer(specs,
+      attrs)` returns the output specs for normalised attrs. Both are pure.
+    - `lower(ctx, attrs, *values)` returns the output values, followed by the
+      new value of each modified input that no output carries, in input order.
+    - `grad(builder, op, output_grads)` creates gradient ops in the current
+      graph and returns one gradient (or None) per input.
+    - `reads(attrs)` / `writes(attrs)`: the resources (remote buffers, host
+      streams, the run-time check result) an execution may read / replace.
+    - `subgraphs(attrs)`: the graphs the op runs and how often.
+    - `groupings(attrs)`: the replica groupings the op communicates over.
+    - `modifies(attrs)`: input index -> index of the output holding its updated
+      value (the output aliases the input), or None when no output does.
+    - `outputs_follow_graph`: the op's outputs are its subgraph's outputs, so a
+      graph output added later becomes an output of the op too.
+    - `check(op)` may refuse an op when a session is created.
     """
 
     name: str
     infer: InferFn
     lower: LowerFn
     grad: GradFn | None = None
+    normalise: NormaliseFn | None = None
     output_names: tuple[str, ...] = ()
-    side_effects: bool = False
+    reads: EffectFn = no_resources
+    writes: EffectFn = no_resources
+    subgraphs: Callable[[Attrs], Sequence[Subgraph]] = _none
+    groupings: Callable[[Attrs], Sequence[ReplicaGrouping]] = _none
+    modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
+    outputs_follow_graph: bool = False
     check: Callable[[Op], None] | None = None
     identity_replaceable: Callable[[Op], bool] | None = None
 
@@ -49,6 +106,17 @@ class OpDef:
         if i < len(self.output_names):
             return self.output_names[i]
         return f"{self.name}_out" if i == 0 else f"{self.name}_out{i}"
+
+    def define_grad(self, grad: GradFn) -> None:
+        """Give an op kind defined without one its gradient rule (for rules built on transforms)."""
+        if self.grad is not None:
+            raise ValueError(f"Op kind {self.name!r} already has a gradient rule")
+        self.grad = grad
+
+    def signature(self, specs: Sequence[TensorSpec], attrs: Attrs) -> tuple[dict[str, Any], list[TensorSpec]]:
+        """Normalised attrs and output specs for inputs of `specs`."""
+        normal = self.normalise(specs, attrs) if self.normalise is not None else dict(attrs)
+        return normal, list(self.infer(specs, normal))
 
 
 REGISTRY: dict[str, OpDef] = {}
@@ -70,8 +138,7 @@ class Op:
     graph: Graph
     inputs: list[Tensor]
     outputs: list[Tensor]
-    attrs: Attrs
-    modified: tuple[int, ...]
+    attrs: dict[str, Any]
     placement: context.Placement
     index: int = 0
     # Set by op-to-identity rewrites, so that tools can tell a rewritten op from a written identity.
@@ -82,10 +149,71 @@ class Op:
         """The op kind."""
         return self.opdef.name
 
+    @property
+    def reads(self) -> frozenset[Resource]:
+        """The resources one execution of the op may read."""
+        return self.opdef.reads(self.attrs)
+
+    @property
+    def writes(self) -> frozenset[Resource]:
+        """The resources one execution of the op may replace."""
+        return self.opdef.writes(self.attrs)
+
+    @property
+    def subgraphs(self) -> tuple[Subgraph, ...]:
+        """The graphs the op runs, with how often each runs."""
+        return tuple(self.opdef.subgraphs(self.attrs))
+
+    @property
+    def groupings(self) -> tuple[ReplicaGrouping, ...]:
+        """The replica groupings the op communicates over."""
+        return tuple(self.opdef.groupings(self.attrs))
+
+    @property
+    def modifies(self) -> Mapping[int, int | None]:
+        """Modified input index -> the output aliasing its new value (or None)."""
+        return self.opdef.modifies(self.attrs)
+
     def __repr__(self) -> str:
         ins = ", ".join(t.id for t in self.inputs)
         outs = ", ".join(t.id for t in self.outputs)
         return f"Op[{self.opdef.name}({ins}) -> ({outs})]"
+
+
+def graph_reads(graph: Graph) -> frozenset[Resource]:
+    """The resources running `graph` may read: the union over its ops, subgraphs included."""
+    return frozenset().union(*(op.reads for op in graph.ops))
+
+
+def graph_writes(graph: Graph) -> frozenset[Resource]:
+    """The resources running `graph` may replace: the union over its ops, subgraphs included."""
+    return frozenset().union(*(op.writes for op in graph.ops))
+
+
+def reachable_graphs(graph: Graph) -> list[Graph]:
+    """`graph` and every graph it runs, directly or not, each once."""
+    seen: dict[int, Graph] = {}
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        if id(g) in seen:
+            continue
+        seen[id(g)] = g
+        todo.extend(sub.graph for op in g.ops for sub in op.subgraphs)
+    return list(seen.values())
+
+
+def modified_roots(graph: Graph) -> list[Tensor]:
+    """The tensors of `graph` whose storage its ops update in place (in-place outputs followed to their roots)."""
+    root: dict[Tensor, Tensor] = {}
+    found: dict[Tensor, None] = {}
+    for op in graph.ops:
+        for i, out in op.modifies.items():
+            r = root.get(op.inputs[i], op.inputs[i])
+            found[r] = None
+            if out is not None:
+                root[op.outputs[out]] = r
+    return list(found)
 
 
 def check_inputs(graph: Graph, inputs: Sequence[Any], what: str) -> None:
@@ -105,19 +233,28 @@ def create_op(
     inputs: Sequence[Tensor],
     attrs: Attrs | None = None,
     names: Sequence[str | None] | None = None,
-    modified: Sequence[int] = (),
     graph: Graph | None = None,
 ) -> list[Tensor]:
     """Add an op of kind `opdef` to the current graph and return its outputs."""
+    return list(add_op(opdef, inputs, attrs, names, graph).outputs)
+
+
+def add_op(
+    opdef: OpDef,
+    inputs: Sequence[Tensor],
+    attrs: Attrs | None = None,
+    names: Sequence[str | None] | None = None,
+    graph: Graph | None = None,
+) -> Op:
+    """Add an op of kind `opdef` to the current graph and return it."""
     graph = graph if graph is not None else context.gcg()
     check_inputs(graph, inputs, f"op '{opdef.name}'")
-    attrs = dict(attrs or {})
-    specs = opdef.infer([t.spec for t in inputs], attrs)
+    normal, specs = opdef.signature([t.spec for t in inputs], attrs or {})
     scope = context.name_scope_prefix()
     outputs = []
     for i, spec in enumerate(specs):
         given = names[i] if names is not None and i < len(names) else None
         outputs.append(Tensor(graph, scope + (given or opdef.out_name(i)), spec))
-    op = Op(opdef, graph, list(inputs), outputs, attrs, tuple(modified), context.current_placement(graph))
+    op = Op(opdef, graph, list(inputs), outputs, normal, context.current_placement(graph))
     graph._add_op(op)
-    return outputs
+    return op

@@ -9,7 +9,7 @@ import numpy as np
 
 from popxl import dtypes
 from popxl.ir import Ir
-from popxl.lowering import Program
+from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
 

@@ -14,7 +14,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import popxl
-from popxl.extension import Op, OpDef, all_reduce_values, create_op, register
+from popxl.extension import (
+    Attrs,
+    GradBuilder,
+    LoweringContext,
+    Op,
+    OpDef,
+    all_reduce_values,
+    create_op,
+    group_of,
+    register,
+)
 
 SUPPORTED_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -23,15 +33,15 @@ class PatternNotAppliedError(RuntimeError):
     """A program still holds an op that only the op-to-identity rewrite can lower."""
 
 
-def _infer(specs: Sequence[popxl.TensorSpec], attrs: dict[str, Any]) -> list[popxl.TensorSpec]:
+def _infer(specs: Sequence[popxl.TensorSpec], attrs: Attrs) -> list[popxl.TensorSpec]:
     return [specs[0]]
 
 
-def _lower(ctx: Any, op: Op, x: Any) -> list[Any]:
-    return [all_reduce_values(ctx, x, "add", op.attrs["group"])]
+def _lower(ctx: LoweringContext, attrs: Attrs, x: Any) -> list[Any]:
+    return [all_reduce_values(ctx, x, "add", attrs["group"])]
 
 
-def _grad(gb: Any, op: Op, out_grads: Sequence[popxl.Tensor | None]) -> list[popxl.Tensor | None]:
+def _grad(gb: GradBuilder, op: Op, out_grads: Sequence[popxl.Tensor | None]) -> list[popxl.Tensor | None]:
     (dy,) = out_grads
     if dy is None:
         return [None]
@@ -57,6 +67,7 @@ ALL_REDUCE_TP = register(
         _infer,
         _lower,
         grad=_grad,
+        groupings=group_of,
         check=_check,
         identity_replaceable=lambda op: bool(op.attrs["identical_inputs"]),
     )

@@ -81,5 +81,5 @@ def autodiff_with_accumulation(
             named.insert(f"accum.{name}", accum)
             ops.var_updates.accumulate_mean_(accum, grad, counter)
         ops.var_updates.accumulate_(counter, popxl.constant(1.0, popxl.float32))
-    g._outputs = g._outputs[: len(required)]
+    g.keep_outputs(len(required))
     return factories, GraphWithNamedArgs(g, named, dgraph.grad_graph_info)

@@ -1,13 +1,18 @@
-"""The order of loads, computes and stores in a serialised graph, as it executes."""
+"""The order of loads, computes and stores in a serialised graph, as it executes.
+
+Which op is a load or a store comes from the resources its op kind declares: a
+load reads a remote buffer or a host-to-device stream, a store writes a remote
+buffer or a device-to-host stream. Loops are unrolled by their declared trips.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import popxl
+from popxl.extension import Op
 
 LANES = ("load", "compute", "store")
-_KIND = {"host_load": "load", "remote_load": "load", "host_store": "store", "remote_store": "store"}
 
 
 @dataclass(frozen=True)
@@ -20,18 +25,27 @@ class Event:
     tile_set: str
 
 
+def _lane(op: Op) -> str | None:
+    if any(isinstance(r, popxl.RemoteBuffer | popxl.DeviceToHostStream) for r in op.writes):
+        return "store"
+    if any(isinstance(r, popxl.RemoteBuffer | popxl.HostToDeviceStream) for r in op.reads):
+        return "load"
+    return None
+
+
 def _walk(graph: popxl.Graph, compute: popxl.Graph, out: list[tuple[str, str]]) -> None:
     for op in graph.ops:
-        called = op.attrs.get("graph")
-        if op.name == "call" and called is compute:
-            out.append(("compute", op.placement.tile_set))
-        elif op.name == "call" and isinstance(called, popxl.Graph):
-            _walk(called, compute, out)
-        elif op.name == "repeat":
-            for _ in range(op.attrs["count"]):
-                _walk(op.attrs["graph"], compute, out)
-        elif op.name in _KIND:
-            out.append((_KIND[op.name], op.placement.tile_set))
+        if op.subgraphs:
+            for sub in op.subgraphs:
+                if sub.graph is compute:
+                    out.append(("compute", op.placement.tile_set))
+                    continue
+                for _ in range(sub.trips):
+                    _walk(sub.graph, compute, out)
+            continue
+        lane = _lane(op)
+        if lane is not None:
+            out.append((lane, op.placement.tile_set))
 
 
 def schedule(serialised: popxl.Graph, compute: popxl.Graph) -> list[Event]:

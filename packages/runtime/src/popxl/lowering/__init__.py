@@ -1,5 +1,6 @@
-"""Lowering popxl programs to XLA through JAX: the only place the runtime executes."""
+"""Lowering popxl programs to XLA through JAX: the only place the runtime executes.
 
-from popxl.lowering.program import Program
-
-__all__ = ["Program"]
+`program.Program` is a whole Ir as one jitted step; `interpreter` traces graphs
+op by op; `world` holds the state ops declare they read and write; `replicas`
+and `placement` map replicas onto devices.
+"""

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 
+from popxl.graph import Graph
+from popxl.lowering.replicas import ReplicaMesh
+from popxl.lowering.world import CheckState, World
+from popxl.op import CHECK_RESULT, Resource, graph_writes
+from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, Tensor
-
-if TYPE_CHECKING:
-    from popxl.graph import Graph
-    from popxl.lowering.replicas import ReplicaMesh
-    from popxl.replica_grouping import ReplicaGrouping
-
-World = dict[str, Any]
-WorldKey = tuple[str, str]
 
 
 class CheckSites:
@@ -35,38 +31,33 @@ class CheckSites:
 
 
 class LoweringContext:
-    """What an op's lowering may use: the mutable world, host inputs, replicas and checks.
-
-    `world` holds remote-buffer storage, host stream cursors and outputs, and the
-    first failed run-time check; lowerings replace its entries functionally.
-    """
+    """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks."""
 
     def __init__(
         self,
         world: World,
-        host_inputs: dict[str, jax.Array],
+        host_inputs: Mapping[str, jax.Array],
         mesh: ReplicaMesh,
         sites: CheckSites | None,
-        written: dict[Graph, list[WorldKey]],
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
         self.mesh = mesh
         self.sites = sites
-        # Which world entries each loop body writes: found once per graph and program, reused by later traces.
-        self.written = written
 
     def check(self, ok: jax.Array, what: str, index: jax.Array, bound: int) -> None:
         """Record a failed check (the first per replica) unless checks are off."""
         if self.sites is None:
             return
         code = self.sites.code(f"{what}: index {{index}} is out of range [0, {bound})")
-        err = self.world["error"]
-        fresh = (err["code"] == 0) & jnp.logical_not(ok)
-        self.world["error"] = {
-            "code": jnp.where(fresh, jnp.int32(code), err["code"]),
-            "index": jnp.where(fresh, jnp.asarray(index, jnp.int32), err["index"]),
-        }
+        state = self.world.check_state
+        fresh = (state.code == 0) & jnp.logical_not(ok)
+        self.world.write_check_state(
+            CheckState(
+                jnp.where(fresh, jnp.int32(code), state.code),
+                jnp.where(fresh, jnp.asarray(index, jnp.int32), state.offending),
+            )
+        )
 
     def group_axes(self, group: ReplicaGrouping) -> tuple[str, ...]:
         """The named replica axes spanned by `group`, most significant first."""
@@ -76,55 +67,55 @@ class LoweringContext:
         """This replica's rank within its group of `group`."""
         return self.mesh.group_rank(group)
 
-    def written_world(self, graph: Graph, inputs: Sequence[jax.Array]) -> list[WorldKey]:
-        """The world entries that running `graph` replaces.
-
-        Found by tracing `graph` once more; XLA drops that unused trace. Loops carry
-        only these entries, so that state a loop merely reads is not copied.
-        """
-        if graph not in self.written:
-            saved = self.world
-            self.world = {part: dict(entries) for part, entries in saved.items()}
-            try:
-                self.run_graph(graph, inputs)
-                self.written[graph] = [
-                    (p, k) for p, entries in self.world.items() for k, v in entries.items() if v is not saved[p][k]
-                ]
-            finally:
-                self.world = saved
-        return self.written[graph]
-
-    def world_entries(self, keys: Sequence[WorldKey]) -> list[jax.Array]:
-        """The current values of world entries."""
-        return [self.world[p][k] for p, k in keys]
-
-    def set_world_entries(self, keys: Sequence[WorldKey], values: Sequence[jax.Array]) -> None:
-        """Replace world entries."""
-        for (p, k), v in zip(keys, values):
-            self.world[p][k] = v
+    def writes(self, graph: Graph) -> list[Resource]:
+        """The resources of this world that running `graph` replaces, as its ops declare them."""
+        declared = graph_writes(graph)
+        skipped = {CHECK_RESULT} if self.sites is None else set()
+        return sorted((r for r in declared if r in self.world and r not in skipped), key=repr)
 
     def run_graph(self, graph: Graph, inputs: Sequence[jax.Array]) -> tuple[list[jax.Array], list[jax.Array]]:
         """Outputs of `graph` for `inputs`, and the final values of its inputs."""
-        env = execute(self, graph, dict(zip(graph.inputs, inputs)))
-        return [value(env, t) for t in graph.outputs], [env[t] for t in graph.inputs]
+        n = len(graph.outputs)
+        results = execute(self, graph, dict(zip(graph.inputs, inputs)), [*graph.outputs, *graph.inputs])
+        return results[:n], results[n:]
 
 
-def value(env: dict[Tensor, jax.Array], t: Tensor) -> jax.Array:
-    """The value of `t`: from the environment, or its constant data."""
-    if t in env:
-        return env[t]
-    if isinstance(t, Constant):
-        return jnp.asarray(t.data)
-    raise RuntimeError(f"{t.id} has no value: it is used before any op produces it")
+def execute(
+    ctx: LoweringContext, graph: Graph, bound: Mapping[Tensor, jax.Array], results: Sequence[Tensor]
+) -> list[jax.Array]:
+    """Run every op of `graph` in creation order from the `bound` values; returns the final values of `results`.
 
+    A tensor that an in-place op's output aliases shares its storage: a later
+    in-place update through either one is seen through both.
+    """
+    root: dict[Tensor, Tensor] = {}
+    values: dict[Tensor, jax.Array] = dict(bound)
 
-def execute(ctx: LoweringContext, graph: Graph, env: dict[Tensor, jax.Array]) -> dict[Tensor, jax.Array]:
-    """Run every op of `graph` in creation order over `env`; returns the final environment."""
+    def value(t: Tensor) -> jax.Array:
+        r = root.get(t, t)
+        if r in values:
+            return values[r]
+        if isinstance(t, Constant):
+            return jnp.asarray(t.data)
+        raise RuntimeError(f"{t.id} has no value: it is used before any op produces it")
+
     for op in graph.ops:
-        result = op.opdef.lower(ctx, op, *(value(env, t) for t in op.inputs))
-        outs, updates = result if isinstance(result, tuple) else (result, {})
-        for t, v in zip(op.outputs, outs):
-            env[t] = v
-        for i, v in updates.items():
-            env[op.inputs[i]] = v
-    return env
+        lowered = op.opdef.lower(ctx, op.attrs, *(value(t) for t in op.inputs))
+        n = len(op.outputs)
+        modifies = op.modifies
+        unaliased = sorted(i for i, out in modifies.items() if out is None)
+        if len(lowered) != n + len(unaliased):
+            raise RuntimeError(
+                f"The lowering of {op.name} returned {len(lowered)} values, expected {n} outputs "
+                f"and {len(unaliased)} modified inputs"
+            )
+        for t, v in zip(op.outputs, lowered[:n]):
+            values[t] = v
+        for i, v in zip(unaliased, lowered[n:]):
+            values[root.get(op.inputs[i], op.inputs[i])] = v
+        for i, out in modifies.items():
+            if out is not None:
+                r = root.get(op.inputs[i], op.inputs[i])
+                values[r] = values.pop(op.outputs[out])
+                root[op.outputs[out]] = r
+    return [value(t) for t in results]

@@ -11,16 +11,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from popxl.errors import OutOfRangeError
-from popxl.graph import Graph
 from popxl.ir import Ir
-from popxl.lowering.interpreter import CheckSites, LoweringContext, WorldKey, execute
+from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.placement import Placement
 from popxl.lowering.replicas import ReplicaMesh
-from popxl.opdefs.io import buffer_key
+from popxl.lowering.world import CheckState, HostOutput, World
+from popxl.op import CHECK_RESULT, Resource, graph_writes, modified_roots, reachable_graphs
 from popxl.remote_buffer import RemoteBuffer
-from popxl.replica_grouping import ReplicaGrouping
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import RemoteVariable, Variable
+from popxl.tensor import RemoteVariable, Tensor, Variable
 
 State = dict[str, dict[str, jax.Array]]
 _PARTS = ("vars", "buffers")
@@ -29,17 +28,9 @@ _IPU_NAMES = ("ipu_hw", "ipu_model")
 _warned_no_ipu = False
 
 
-def reachable_graphs(ir: Ir) -> list[Graph]:
-    """The main graph and every graph it calls, directly or not."""
-    seen: list[Graph] = []
-    todo = [ir.main_graph]
-    while todo:
-        g = todo.pop()
-        if any(g is s for s in seen):
-            continue
-        seen.append(g)
-        todo.extend(op.attrs["graph"] for op in g.ops if isinstance(op.attrs.get("graph"), Graph))
-    return seen
+def buffer_key(buffer: RemoteBuffer) -> str:
+    """The key of a remote buffer's storage in the program's state."""
+    return f"buffer{buffer.remote_buffer_id}"
 
 
 def _platform(device_desc: str) -> str | None:
@@ -70,19 +61,28 @@ class Program:
         if replica_mode not in ("auto", "devices", "simulate"):
             raise ValueError(f"replica_mode must be 'auto', 'devices' or 'simulate', got {replica_mode!r}")
         self.ir = ir
-        graphs = reachable_graphs(ir)
-        ops = [op for g in graphs for op in g.ops]
+        main = ir.main_graph
+        ops = [op for g in reachable_graphs(main) for op in g.ops]
         for op in ops:
             if op.opdef.check is not None:
                 op.opdef.check(op)
-        self.variables: list[Variable] = list(ir.main_graph.variables)
+        self.variables: list[Variable] = list(main.variables)
         # Remote variables live in their buffer's entry; the rest are state the step carries.
         self.device_variables = [v for v in self.variables if not isinstance(v, RemoteVariable)]
         self.remote_variables = [v for v in self.variables if isinstance(v, RemoteVariable)]
-        self.buffers = _unique(op.attrs["buffer"] for op in ops if isinstance(op.attrs.get("buffer"), RemoteBuffer))
-        self.h2d: list[HostToDeviceStream] = _unique(op.attrs["stream"] for op in ops if op.name == "host_load")
-        self.d2h: list[DeviceToHostStream] = _unique(op.attrs["stream"] for op in ops if op.name == "host_store")
-        groupings = [op.attrs["group"] for op in ops if isinstance(op.attrs.get("group"), ReplicaGrouping)]
+        used = _unique(r for op in ops for r in sorted(op.reads | op.writes, key=repr))
+        self.buffers: list[RemoteBuffer] = [r for r in used if isinstance(r, RemoteBuffer)]
+        self.h2d: list[HostToDeviceStream] = [r for r in used if isinstance(r, HostToDeviceStream)]
+        self.d2h: list[DeviceToHostStream] = [r for r in used if isinstance(r, DeviceToHostStream)]
+        groupings = [g for op in ops for g in op.groupings]
+        # What one run replaces, from the ops' declarations: it is all the step returns.
+        writes = graph_writes(main)
+        modified = set(modified_roots(main))
+        self.written_variables = [v for v in self.device_variables if v in modified]
+        self._written = {
+            "vars": sorted(v.id for v in self.written_variables),
+            "buffers": sorted(buffer_key(b) for b in self.buffers if b in writes),
+        }
         self.replicas = ir.replication_factor
         self.mesh = ReplicaMesh(self.replicas, groupings)
         platform = _platform(device_desc)
@@ -104,8 +104,6 @@ class Program:
         # to XLA and updated in place; with checks a failed run must keep the state it had.
         if donate_state and checks:
             raise ValueError("donate_state=True needs checks=False: a failed checked run must keep its state")
-        self._written: dict[str, list[str]] | None = None
-        self._loop_writes: dict[Graph, list[WorldKey]] = {}
         donate = (0,) if (not checks if donate_state is None else donate_state) else ()
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
 
@@ -118,33 +116,28 @@ class Program:
         state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return self._replica_step(state, host_inputs)
 
-    def _split(self, state: State, device_inputs: dict[str, jax.Array]) -> tuple[State, State]:
+    def _split(self, state: State) -> tuple[State, State]:
         """`state` as (the entries the program writes, the rest)."""
-        if self._written is None:
-            step = self.mesh.per_replica(self._replica_step, self.replica_devices)
-            shapes = jax.eval_shape(step, state, device_inputs)[0]
-            self._written = {part: sorted(shapes[part]) for part in _PARTS}
         written = {part: {k: state[part][k] for k in self._written[part]} for part in _PARTS}
         readonly = {part: {k: v for k, v in state[part].items() if k not in written[part]} for part in _PARTS}
         return written, readonly
 
     def _replica_step(self, state: State, host_inputs: dict[str, jax.Array]) -> Any:
         nht = self.ir.num_host_transfers
-        world = {
-            "buffers": dict(state["buffers"]),
-            "in_cursor": {s.tensor_id: jnp.int32(0) for s in self.h2d},
-            "out": {s.tensor_id: jnp.zeros((nht, *s.shape), s.dtype.as_numpy()) for s in self.d2h},
-            "out_cursor": {s.tensor_id: jnp.int32(0) for s in self.d2h},
-            "error": {"code": jnp.int32(0), "index": jnp.int32(0)},
-        }
-        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites, self._loop_writes)
-        env = execute(ctx, self.ir.main_graph, {v: state["vars"][v.id] for v in self.device_variables})
-        # Only state the program wrote is returned: XLA would otherwise copy every unchanged array.
+        values: dict[Resource, Any] = {b: state["buffers"][buffer_key(b)] for b in self.buffers}
+        values.update({s: jnp.int32(0) for s in self.h2d})
+        values.update({s: HostOutput(jnp.zeros((nht, *s.shape), s.dtype.as_numpy()), jnp.int32(0)) for s in self.d2h})
+        values[CHECK_RESULT] = CheckState(jnp.int32(0), jnp.int32(0))
+        world = World(values)
+        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites)
+        bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.device_variables}
+        finals = execute(ctx, self.ir.main_graph, bound, self.written_variables)
         written = {
-            "vars": {v.id: env[v] for v in self.device_variables if env[v] is not state["vars"][v.id]},
-            "buffers": {k: b for k, b in ctx.world["buffers"].items() if b is not state["buffers"][k]},
+            "vars": {v.id: value for v, value in zip(self.written_variables, finals)},
+            "buffers": {k: world.buffer(b) for b in self.buffers if (k := buffer_key(b)) in self._written["buffers"]},
         }
-        return written, ctx.world["out"], ctx.world["error"]
+        outputs = {s.tensor_id: world.host_output(s).values for s in self.d2h}
+        return written, outputs, world.check_state
 
     def replica_values(self, var: Variable, host: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Per-replica values `(R, *shape)` of `var` from its host layout."""
@@ -229,13 +222,13 @@ class Program:
         Raises OutOfRangeError (and returns nothing) if a checked index was out of range on any replica.
         """
         device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
-        written_in, readonly = self._split(state, device_inputs)
+        written_in, readonly = self._split(state)
         written, outputs, error = self._step(written_in, readonly, device_inputs)
-        codes = self.placement.fetch_all(error["code"])
+        codes = self.placement.fetch_all(error.code)
         if self.sites is not None and codes.any():
             replica = int(np.flatnonzero(codes)[0])
             where = self.sites.descriptions[int(codes[replica]) - 1]
-            index = int(self.placement.fetch_all(error["index"])[replica])
+            index = int(self.placement.fetch_all(error.offending)[replica])
             raise OutOfRangeError(f"{where.format(index=index)} (replica {replica}); nothing was changed")
         new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
@@ -243,7 +236,7 @@ class Program:
     def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The compiled XLA executable for these argument shapes (for memory analysis)."""
         device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
-        return self._step.lower(*self._split(state, device_inputs), device_inputs).compile()
+        return self._step.lower(*self._split(state), device_inputs).compile()
 
 
 def _unique(items: Any) -> list[Any]:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from popxl.op import Attrs, Op, OpDef, create_op, register
-from popxl.opdefs.common import vjp_grad
+from popxl.opdefs.common import modifies_first, vjp_grad
+from popxl.opdefs.shape import RESHAPE
+from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Tensor, TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.grad_builder import GradBuilder
+    from popxl.lowering.interpreter import LoweringContext
 
 REDUCE_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -22,7 +28,12 @@ def _check_group(attrs: Attrs) -> None:
         raise NotImplementedError(f"Collectives need a grouping with a constant stride, got {g}")
 
 
-def all_reduce_values(ctx: Any, x: jax.Array, op: str, group: Any) -> jax.Array:
+def group_of(attrs: Attrs) -> tuple[ReplicaGrouping]:
+    """The grouping of a collective: its `group` attr."""
+    return (attrs["group"],)
+
+
+def all_reduce_values(ctx: LoweringContext, x: jax.Array, op: str, group: ReplicaGrouping) -> jax.Array:
     """`x` reduced with `op` over the replicas of `group` (for use by lowerings)."""
     axes = ctx.group_axes(group)
     if not axes:
@@ -43,30 +54,36 @@ def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     return [specs[0]]
 
 
-def _all_reduce_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+def _all_reduce_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     (dy,) = out_grads
     if dy is None or op.attrs["op"] not in ("add", "mean", "mul"):
         return [None]
     return [create_op(ALL_REDUCE, [dy], dict(op.attrs))[0]]
 
 
+def _lower_all_reduce(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
+    return [all_reduce_values(ctx, x, attrs["op"], attrs["group"])]
+
+
 ALL_REDUCE = register(
     OpDef(
         "replicated_all_reduce",
         _like,
-        lambda ctx, op, x: [all_reduce_values(ctx, x, op.attrs["op"], op.attrs["group"])],
+        _lower_all_reduce,
         grad=_all_reduce_grad,
+        groupings=group_of,
     )
 )
 
-
-def _lower_all_reduce_inplace(ctx: Any, op: Op, x: jax.Array) -> Any:
-    out = all_reduce_values(ctx, x, op.attrs["op"], op.attrs["group"])
-    return [out], {0: out}
-
-
 ALL_REDUCE_INPLACE = register(
-    OpDef("replicated_all_reduce_", _like, _lower_all_reduce_inplace, output_names=("replicated_all_reduce_out",))
+    OpDef(
+        "replicated_all_reduce_",
+        _like,
+        _lower_all_reduce,
+        output_names=("replicated_all_reduce_out",),
+        groupings=group_of,
+        modifies=modifies_first,
+    )
 )
 
 
@@ -75,7 +92,7 @@ def shard_size(nelms: int, group_size: int) -> int:
     return -(-nelms // group_size)
 
 
-def _own_shard(ctx: Any, x: jax.Array, group: Any) -> jax.Array:
+def _own_shard(ctx: LoweringContext, x: jax.Array, group: ReplicaGrouping) -> jax.Array:
     n = group.group_size
     c = shard_size(x.size, n)
     flat = jnp.pad(x.reshape(-1), (0, c * n - x.size))
@@ -94,13 +111,14 @@ SHARDED_SLICE = register(
     OpDef(
         "replica_sharded_slice",
         _sharded_infer,
-        lambda ctx, op, x: [_own_shard(ctx, x, op.attrs["group"])],
+        lambda ctx, attrs, x: [_own_shard(ctx, x, attrs["group"])],
         grad=vjp_grad(linear=True),
+        groupings=group_of,
     )
 )
 
 
-def _reduce_scatter_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+def _reduce_scatter_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     (dy,) = out_grads
     if dy is None or op.attrs["op"] != "add":
         return [None]
@@ -113,15 +131,14 @@ REDUCE_SCATTER = register(
     OpDef(
         "replicated_reduce_scatter",
         _sharded_infer,
-        lambda ctx, op, x: [
-            _own_shard(ctx, all_reduce_values(ctx, x, op.attrs["op"], op.attrs["group"]), op.attrs["group"])
-        ],
+        lambda ctx, attrs, x: [_own_shard(ctx, all_reduce_values(ctx, x, attrs["op"], attrs["group"]), attrs["group"])],
         grad=_reduce_scatter_grad,
+        groupings=group_of,
     )
 )
 
 
-def gather_values(ctx: Any, x: jax.Array, group: Any) -> jax.Array:
+def gather_values(ctx: LoweringContext, x: jax.Array, group: ReplicaGrouping) -> jax.Array:
     """The members' values of `x` stacked on a new leading axis in rank order."""
     out = x[None]
     for axis in reversed(ctx.group_axes(group)):
@@ -142,16 +159,16 @@ def _gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
     return [TensorSpec(tuple(shape), s.dtype)]
 
 
-def _lower_gather(ctx: Any, op: Op, x: jax.Array) -> list[jax.Array]:
-    stacked = gather_values(ctx, x, op.attrs["group"])
-    shape = op.attrs["shape"]
+def _lower_gather(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
+    stacked = gather_values(ctx, x, attrs["group"])
+    shape = attrs["shape"]
     if shape is None:
         return [stacked]
     n = math.prod(shape)
     return [stacked.reshape(-1)[:n].reshape(shape)]
 
 
-def _gather_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+def _gather_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     (dy,) = out_grads
     if dy is None:
         return [None]
@@ -159,10 +176,10 @@ def _gather_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> list[Te
     x = op.inputs[0]
     (dx,) = create_op(REDUCE_SCATTER, [dy], attrs, names=["replicated_all_gather_grad_out"])
     if dx.shape != x.shape:
-        from popxl.opdefs.shape import RESHAPE
-
         (dx,) = create_op(RESHAPE, [dx], {"shape": x.shape})
     return [dx]
 
 
-ALL_GATHER = register(OpDef("replicated_all_gather", _gather_infer, _lower_gather, grad=_gather_grad))
+ALL_GATHER = register(
+    OpDef("replicated_all_gather", _gather_infer, _lower_gather, grad=_gather_grad, groupings=group_of)
+)

@@ -1,20 +1,20 @@
-"""Helpers shared by op definitions: shape inference and the generic VJP gradient."""
+"""Helpers shared by op definitions: shape rules, in-place declarations and the generic VJP gradient."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from popxl.dtypes import dtype
 from popxl.op import REGISTRY, Attrs, GradFn, Op, OpDef, create_op, register
 from popxl.tensor import Tensor, TensorSpec
 
 if TYPE_CHECKING:
-    from popxl.transforms.grad_builder import GradBuilder
+    from popxl.grad_builder import GradBuilder
+    from popxl.lowering.interpreter import LoweringContext
 
 
 def same_dtype(what: str, specs: Sequence[TensorSpec]) -> dtype:
@@ -26,11 +26,36 @@ def same_dtype(what: str, specs: Sequence[TensorSpec]) -> dtype:
 
 
 def broadcast(what: str, specs: Sequence[TensorSpec]) -> tuple[int, ...]:
-    """The broadcast shape of `specs`, or a ValueError naming the op."""
+    """The broadcast shape of `specs` (NumPy's rule, on shapes alone), or a ValueError naming the op."""
     try:
-        return tuple(np.broadcast_shapes(*(s.shape for s in specs)))
+        return broadcast_shapes(*(s.shape for s in specs))
     except ValueError as e:
         raise ValueError(f"Input shapes of {what} do not broadcast: {[s.shape for s in specs]}") from e
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcast of `shapes`, or a ValueError."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for k, d in enumerate(s, rank - len(s)):
+            if d != 1 and out[k] not in (1, d):
+                raise ValueError(f"Shapes {list(shapes)} do not broadcast")
+            if d != 1:
+                out[k] = d
+    return tuple(out)
+
+
+def axis_in(what: str, axis: int, rank: int) -> int:
+    """`axis` of a rank-`rank` tensor made non-negative, or a ValueError naming the op."""
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"Axis {axis} of {what} is out of range for a tensor of rank {rank}")
+    return axis % max(rank, 1)
+
+
+def modifies_first(attrs: Attrs) -> dict[int, int | None]:
+    """The in-place declaration of an op whose first output is its first input updated."""
+    return {0: 0}
 
 
 def like_input(index: int = 0) -> Callable[[Sequence[TensorSpec], Attrs], list[TensorSpec]]:
@@ -47,21 +72,21 @@ def zeros_of(spec: TensorSpec) -> jax.Array:
     return jnp.zeros(spec.shape, spec.dtype.as_numpy())
 
 
-def _lower_vjp(ctx: Any, op: Op, *vals: jax.Array) -> list[jax.Array]:
-    fwd: OpDef = REGISTRY[op.attrs["fwd"]]
-    fwd_op: Op = op.attrs["fwd_op"]
-    specs: list[TensorSpec] = op.attrs["in_specs"]
-    given = dict(zip(op.attrs["needs"], vals))
+def _lower_vjp(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[jax.Array]:
+    fwd: OpDef = REGISTRY[attrs["fwd"]]
+    fwd_attrs: Attrs = attrs["fwd_attrs"]
+    specs: list[TensorSpec] = attrs["in_specs"]
+    given = dict(zip(attrs["needs"], vals))
     primals = [given[i] if i in given else zeros_of(s) for i, s in enumerate(specs)]
-    wrt: tuple[int, ...] = op.attrs["wrt"]
-    out_specs: list[TensorSpec] = op.attrs["out_specs"]
-    grads = dict(zip(op.attrs["grads_of"], vals[len(op.attrs["needs"]) :]))
+    wrt: tuple[int, ...] = attrs["wrt"]
+    out_specs: list[TensorSpec] = attrs["out_specs"]
+    grads = dict(zip(attrs["grads_of"], vals[len(attrs["needs"]) :]))
 
     def f(*diff: jax.Array) -> list[jax.Array]:
         full = list(primals)
         for i, v in zip(wrt, diff):
             full[i] = v
-        return list(fwd.lower(ctx, fwd_op, *full))
+        return list(fwd.lower(ctx, fwd_attrs, *full))
 
     _, pullback = jax.vjp(f, *(primals[i] for i in wrt))
     cotangents = [grads[k] if k in grads else zeros_of(s) for k, s in enumerate(out_specs)]
@@ -69,9 +94,11 @@ def _lower_vjp(ctx: Any, op: Op, *vals: jax.Array) -> list[jax.Array]:
 
 
 def _infer_vjp(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
-    return [attrs["in_specs"][i] for i in attrs["wrt"]]
+    in_specs: list[TensorSpec] = attrs["in_specs"]
+    return [in_specs[i] for i in attrs["wrt"]]
 
 
+# The forward op's kind and a copy of its attrs: a gradient graph never changes with its forward graph.
 VJP = register(OpDef("vjp", _infer_vjp, _lower_vjp, output_names=("vjp_out",)))
 
 
@@ -97,7 +124,7 @@ def vjp_grad(needs: dict[int, tuple[int, ...]] | None = None, linear: bool = Fal
         grads_of = tuple(k for k, g in enumerate(out_grads) if g is not None)
         attrs = {
             "fwd": op.opdef.name,
-            "fwd_op": op,
+            "fwd_attrs": dict(op.attrs),
             "in_specs": [t.spec for t in op.inputs],
             "out_specs": [t.spec for t in op.outputs],
             "needs": order,

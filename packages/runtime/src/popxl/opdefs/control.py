@@ -1,41 +1,65 @@
-"""Subgraph calls and loops."""
+"""Subgraph calls and loops.
+
+Both read and write what their subgraph's ops declare. A call updates the
+caller's tensor for the inputs in its `modified` attr (the graph's by-reference
+inputs when it was created, plus any marked by
+`CallSiteInfo.set_parent_input_modified`); a loop for its graph's by-reference
+inputs. Their gradient rules are built on autodiff and registered by
+`popxl.transforms`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
-from popxl.op import Attrs, Op, OpDef, register
-from popxl.tensor import Tensor, TensorSpec
+from popxl.graph import Graph
+from popxl.op import Attrs, OpDef, Resource, Subgraph, graph_reads, graph_writes, register
+from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
 
 
-def by_ref_indices(op: Op) -> list[int]:
-    """Indices of the called graph's inputs that are passed by reference."""
-    g = op.attrs["graph"]
-    return [i for i, t in enumerate(g.inputs) if t in g._by_ref_inputs]
+def by_ref_indices(graph: Graph) -> tuple[int, ...]:
+    """Indices of `graph`'s inputs that are passed by reference."""
+    return tuple(i for i, t in enumerate(graph.inputs) if graph.is_by_ref(t))
+
+
+def _reads(attrs: Attrs) -> frozenset[Resource]:
+    return graph_reads(attrs["graph"])
+
+
+def _writes(attrs: Attrs) -> frozenset[Resource]:
+    return graph_writes(attrs["graph"])
 
 
 def _call_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     return [t.spec for t in attrs["graph"].outputs]
 
 
-def _lower_call(ctx: Any, op: Op, *vals: jax.Array) -> Any:
-    outs, finals = ctx.run_graph(op.attrs["graph"], list(vals))
-    return outs, {i: finals[i] for i in by_ref_indices(op)}
+def _lower_call(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[jax.Array]:
+    outs, finals = ctx.run_graph(attrs["graph"], list(vals))
+    return [*outs, *(finals[i] for i in sorted(attrs["modified"]))]
 
 
-def _call_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> Any:
-    from popxl.transforms.autodiff import call_grad
+CALL = register(
+    OpDef(
+        "call",
+        _call_infer,
+        _lower_call,
+        reads=_reads,
+        writes=_writes,
+        subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1),),
+        modifies=lambda attrs: dict.fromkeys(attrs["modified"]),
+        outputs_follow_graph=True,
+    )
+)
 
-    return call_grad(gb, op, out_grads)
 
-
-CALL = register(OpDef("call", _call_infer, _lower_call, grad=_call_grad, side_effects=True))
-
-
-def _repeat_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _repeat_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     g = attrs["graph"]
     if attrs["count"] < 0:
         raise ValueError(f"repeat_count must be >= 0, got {attrs['count']}")
@@ -50,14 +74,16 @@ def _repeat_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
                 f"repeat of {g.id!r}: output {i} ({o.dtype.name} {o.shape}) must match the input it is "
                 f"carried into ({t.id}: {t.dtype.name} {t.shape})"
             )
-    return [t.spec for t in g.outputs]
+    return dict(attrs)
 
 
-def _lower_repeat(ctx: Any, op: Op, *vals: jax.Array) -> Any:
-    g = op.attrs["graph"]
+def _lower_repeat(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[jax.Array]:
+    g: Graph = attrs["graph"]
     carried = len(g.outputs)
-    refs = [i for i in by_ref_indices(op) if i >= carried]
-    moving = ctx.written_world(g, list(vals))
+    modified = by_ref_indices(g)
+    # By-reference inputs past the carried ones keep their values from one iteration to the next too.
+    refs = [i for i in modified if i >= carried]
+    moving = ctx.writes(g)
 
     def body(_: Any, carry: Any) -> Any:
         loop_vals, ref_vals, world_vals = carry
@@ -66,27 +92,29 @@ def _lower_repeat(ctx: Any, op: Op, *vals: jax.Array) -> Any:
         for i, v in zip(refs, ref_vals):
             inputs[i] = v
         outer = ctx.world
-        ctx.world = {part: dict(entries) for part, entries in outer.items()}
-        ctx.set_world_entries(moving, world_vals)
+        ctx.world = outer.copy()
+        ctx.world.replace(moving, world_vals)
         outs, finals = ctx.run_graph(g, inputs)
-        world_vals = ctx.world_entries(moving)
+        world_vals = ctx.world.values(moving)
         ctx.world = outer
         return list(outs), [finals[i] for i in refs], world_vals
 
-    init = (list(vals[:carried]), [vals[i] for i in refs], ctx.world_entries(moving))
-    outs, ref_vals, world_vals = jax.lax.fori_loop(0, op.attrs["count"], body, init)
-    ctx.set_world_entries(moving, world_vals)
-    updates = dict(zip(refs, ref_vals))
-    for i in by_ref_indices(op):
-        if i < carried:
-            updates[i] = outs[i]
-    return outs, updates
+    init = (list(vals[:carried]), [vals[i] for i in refs], ctx.world.values(moving))
+    outs, ref_vals, world_vals = jax.lax.fori_loop(0, attrs["count"], body, init)
+    ctx.world.replace(moving, world_vals)
+    final = dict(zip(refs, ref_vals))
+    return [*outs, *(outs[i] if i < carried else final[i] for i in modified)]
 
 
-def _repeat_grad(gb: Any, op: Op, out_grads: Sequence[Tensor | None]) -> Any:
-    from popxl.transforms.loop_grad import repeat_grad
-
-    return repeat_grad(gb, op, out_grads)
-
-
-REPEAT = register(OpDef("repeat", _repeat_infer, _lower_repeat, grad=_repeat_grad, side_effects=True))
+REPEAT = register(
+    OpDef(
+        "repeat",
+        lambda specs, attrs: [t.spec for t in attrs["graph"].outputs],
+        _lower_repeat,
+        normalise=_repeat_normalise,
+        reads=_reads,
+        writes=_writes,
+        subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"]),),
+        modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
+    )
+)

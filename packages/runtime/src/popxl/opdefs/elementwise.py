@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
 from popxl.op import Attrs, OpDef, register
-from popxl.opdefs.common import broadcast, like_input, same_dtype, vjp_grad
+from popxl.opdefs.common import broadcast, like_input, modifies_first, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
 
 Fn = Callable[..., jax.Array]
 
@@ -21,7 +24,7 @@ def _unary(name: str, fn: Fn, differentiable: bool = True) -> OpDef:
         OpDef(
             name,
             like_input(0),
-            lambda ctx, op, x: [fn(x, **op.attrs)],
+            lambda ctx, attrs, x: [fn(x)],
             grad=vjp_grad() if differentiable else None,
         )
     )
@@ -45,9 +48,9 @@ COS = _unary("cos", jnp.cos)
 SQUARE = _unary("square", jnp.square)
 RECIPROCAL = _unary("reciprocal", jnp.reciprocal)
 LOGICAL_NOT = _unary("logical_not", jnp.logical_not, differentiable=False)
-IDENTITY = register(OpDef("identity", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True)))
+IDENTITY = register(OpDef("identity", like_input(0), lambda ctx, attrs, x: [x], grad=vjp_grad(linear=True)))
 DETACH = register(
-    OpDef("detach", like_input(0), lambda ctx, op, x: [jax.lax.stop_gradient(x)], grad=lambda gb, op, grads: [None])
+    OpDef("detach", like_input(0), lambda ctx, attrs, x: [jax.lax.stop_gradient(x)], grad=lambda gb, op, grads: [None])
 )
 
 
@@ -73,7 +76,7 @@ def _binary(
         OpDef(
             name,
             _binary_infer(name, out_dtype),
-            lambda ctx, op, a, b: [fn(a, b)],
+            lambda ctx, attrs, a, b: [fn(a, b)],
             grad=vjp_grad(grad_needs, linear) if differentiable else None,
         )
     )
@@ -106,9 +109,8 @@ LOGICAL_AND = _binary("logical_and", jnp.logical_and, out_dtype=dtypes.bool_, di
 LOGICAL_OR = _binary("logical_or", jnp.logical_or, out_dtype=dtypes.bool_, differentiable=False)
 
 
-def _add_inplace(ctx: Any, op: Any, a: jax.Array, b: jax.Array) -> tuple[list[jax.Array], dict[int, jax.Array]]:
-    out = jnp.broadcast_to(a + b, a.shape).astype(a.dtype)
-    return [out], {0: out}
+def _add_inplace(ctx: LoweringContext, attrs: Attrs, a: jax.Array, b: jax.Array) -> list[jax.Array]:
+    return [jnp.broadcast_to(a + b, a.shape).astype(a.dtype)]
 
 
 def _inplace_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -118,7 +120,7 @@ def _inplace_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec
     return [specs[0]]
 
 
-ADD_INPLACE = register(OpDef("add_", _inplace_infer, _add_inplace, output_names=("add_out",)))
+ADD_INPLACE = register(OpDef("add_", _inplace_infer, _add_inplace, output_names=("add_out",), modifies=modifies_first))
 
 
 def _cast_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -129,7 +131,7 @@ CAST = register(
     OpDef(
         "cast",
         _cast_infer,
-        lambda ctx, op, x: [x.astype(op.attrs["dtype"].as_numpy())],
+        lambda ctx, attrs, x: [x.astype(attrs["dtype"].as_numpy())],
         grad=vjp_grad(linear=True),
     )
 )
@@ -146,7 +148,7 @@ WHERE = register(
     OpDef(
         "where",
         _where_infer,
-        lambda ctx, op, c, a, b: [jnp.where(c, a, b)],
+        lambda ctx, attrs, c, a, b: [jnp.where(c, a, b)],
         grad=vjp_grad({1: (0,), 2: (0,)}),
     )
 )

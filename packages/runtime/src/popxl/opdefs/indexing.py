@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import Attrs, Op, OpDef, register
-from popxl.opdefs.common import vjp_grad
+from popxl.op import Attrs, OpDef, register
+from popxl.opdefs.common import axis_in, modifies_first, vjp_grad
 from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
 
 
 def _check_index(what: str, spec: TensorSpec) -> None:
@@ -19,26 +22,36 @@ def _check_index(what: str, spec: TensorSpec) -> None:
         raise ValueError(f"The indices of {what} must be integers, got {spec.dtype.name}")
 
 
-def _gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _gather_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     t, indices = specs
     _check_index("gather", indices)
-    axis = attrs["axis"] % len(t.shape)
-    attrs["axis"] = axis
+    return {**attrs, "axis": axis_in("gather", attrs["axis"], len(t.shape))}
+
+
+def _gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    t, indices = specs
+    axis = attrs["axis"]
     return [TensorSpec((*t.shape[:axis], *indices.shape, *t.shape[axis + 1 :]), t.dtype)]
 
 
-def _lower_gather(ctx: Any, op: Op, t: jax.Array, indices: jax.Array) -> list[jax.Array]:
-    axis = op.attrs["axis"]
+def _lower_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array) -> list[jax.Array]:
+    axis = attrs["axis"]
     size = t.shape[axis]
     out = jnp.take(t, jnp.clip(indices, 0, size - 1), axis=axis)
-    if op.attrs["zero_OOR"]:
+    if attrs["zero_OOR"]:
         inside = (indices >= 0) & (indices < size)
         shape = (1,) * axis + indices.shape + (1,) * (t.ndim - axis - 1)
         out = jnp.where(inside.reshape(shape), out, jnp.zeros_like(out))
     return [out]
 
 
-GATHER = register(OpDef("gather", _gather_infer, _lower_gather, grad=vjp_grad({0: (1,)})))
+GATHER = register(OpDef("gather", _gather_infer, _lower_gather, grad=vjp_grad({0: (1,)}), normalise=_gather_normalise))
+
+
+def _slice_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    t = specs[0]
+    axes = tuple(axis_in("dynamic_slice", a, len(t.shape)) for a in attrs["axes"])
+    return {**attrs, "axes": axes, "sizes": tuple(int(s) for s in attrs["sizes"])}
 
 
 def _slice_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -64,14 +77,16 @@ def _starts(t: jax.Array, index: jax.Array, axes: Sequence[int]) -> list[jax.Arr
     return starts
 
 
-def _lower_dynamic_slice(ctx: Any, op: Op, t: jax.Array, index: jax.Array) -> list[jax.Array]:
+def _lower_dynamic_slice(ctx: LoweringContext, attrs: Attrs, t: jax.Array, index: jax.Array) -> list[jax.Array]:
     sizes = list(t.shape)
-    for a, s in zip(op.attrs["axes"], op.attrs["sizes"]):
+    for a, s in zip(attrs["axes"], attrs["sizes"]):
         sizes[a] = s
-    return [jax.lax.dynamic_slice(t, _starts(t, index, op.attrs["axes"]), sizes)]
+    return [jax.lax.dynamic_slice(t, _starts(t, index, attrs["axes"]), sizes)]
 
 
-DYNAMIC_SLICE = register(OpDef("dynamic_slice", _slice_infer, _lower_dynamic_slice, grad=vjp_grad({0: (1,)})))
+DYNAMIC_SLICE = register(
+    OpDef("dynamic_slice", _slice_infer, _lower_dynamic_slice, grad=vjp_grad({0: (1,)}), normalise=_slice_normalise)
+)
 
 
 def _update_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -84,54 +99,62 @@ def _update_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
     return [t]
 
 
-def _update(op: Op, t: jax.Array, update: jax.Array, index: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_update_slice(t, update, _starts(t, index, op.attrs["axes"]))
+def _lower_update(ctx: LoweringContext, attrs: Attrs, t: jax.Array, u: jax.Array, i: jax.Array) -> list[jax.Array]:
+    return [jax.lax.dynamic_update_slice(t, u, _starts(t, i, attrs["axes"]))]
 
 
 DYNAMIC_UPDATE = register(
     OpDef(
         "dynamic_update",
         _update_infer,
-        lambda ctx, op, t, u, i: [_update(op, t, u, i)],
+        _lower_update,
         grad=vjp_grad({0: (2,), 1: (2,)}),
+        normalise=_slice_normalise,
+    )
+)
+
+DYNAMIC_UPDATE_INPLACE = register(
+    OpDef(
+        "dynamic_update_",
+        _update_infer,
+        _lower_update,
+        output_names=("dynamic_update_out",),
+        normalise=_slice_normalise,
+        modifies=modifies_first,
     )
 )
 
 
-def _lower_update_inplace(ctx: Any, op: Op, t: jax.Array, update: jax.Array, index: jax.Array) -> Any:
-    out = _update(op, t, update, index)
-    return [out], {0: out}
-
-
-DYNAMIC_UPDATE_INPLACE = register(
-    OpDef("dynamic_update_", _update_infer, _lower_update_inplace, output_names=("dynamic_update_out",))
-)
-
-
-def _onehot_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _onehot_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     t, values = specs
     _check_index("onehot", t)
     if values.shape != (2,):
         raise ValueError(f"onehot values must be [off, on] of shape (2,), got {values.shape}")
-    axis = attrs["axis"] % (len(t.shape) + 1)
-    attrs["axis"] = axis
+    return {**attrs, "axis": axis_in("onehot", attrs["axis"], len(t.shape) + 1)}
+
+
+def _onehot_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    t, values = specs
     shape = list(t.shape)
-    shape.insert(axis, attrs["num_classes"])
+    shape.insert(attrs["axis"], attrs["num_classes"])
     return [TensorSpec(tuple(shape), values.dtype)]
 
 
-def _lower_onehot(ctx: Any, op: Op, t: jax.Array, values: jax.Array) -> list[jax.Array]:
-    hot = jax.nn.one_hot(t, op.attrs["num_classes"], axis=op.attrs["axis"], dtype=jnp.bool_)
+def _lower_onehot(ctx: LoweringContext, attrs: Attrs, t: jax.Array, values: jax.Array) -> list[jax.Array]:
+    hot = jax.nn.one_hot(t, attrs["num_classes"], axis=attrs["axis"], dtype=jnp.bool_)
     return [jnp.where(hot, values[1], values[0])]
 
 
-ONEHOT = register(OpDef("onehot", _onehot_infer, _lower_onehot, grad=vjp_grad({1: (0,)})))
+ONEHOT = register(OpDef("onehot", _onehot_infer, _lower_onehot, grad=vjp_grad({1: (0,)}), normalise=_onehot_normalise))
+
+
+def _arg_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    return {**attrs, "dim": axis_in("argmax/argmin", attrs["dim"], len(specs[0].shape))}
 
 
 def _arg_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     (t,) = specs
-    dim = attrs["dim"] % len(t.shape)
-    attrs["dim"] = dim
+    dim = attrs["dim"]
     shape = (
         [1 if i == dim else d for i, d in enumerate(t.shape)]
         if attrs["keepdim"]
@@ -141,11 +164,11 @@ def _arg_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
 
 
 def _arg(fn: Any) -> Any:
-    def lower(ctx: Any, op: Op, t: jax.Array) -> list[jax.Array]:
-        return [fn(t, axis=op.attrs["dim"], keepdims=op.attrs["keepdim"]).astype(jnp.int32)]
+    def lower(ctx: LoweringContext, attrs: Attrs, t: jax.Array) -> list[jax.Array]:
+        return [fn(t, axis=attrs["dim"], keepdims=attrs["keepdim"]).astype(jnp.int32)]
 
     return lower
 
 
-ARGMAX = register(OpDef("argmax", _arg_infer, _arg(jnp.argmax)))
-ARGMIN = register(OpDef("argmin", _arg_infer, _arg(jnp.argmin)))
+ARGMAX = register(OpDef("argmax", _arg_infer, _arg(jnp.argmax), normalise=_arg_normalise))
+ARGMIN = register(OpDef("argmin", _arg_infer, _arg(jnp.argmin), normalise=_arg_normalise))

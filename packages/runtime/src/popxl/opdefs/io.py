@@ -2,31 +2,56 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
-from popxl.op import Attrs, Op, OpDef, register
-from popxl.opdefs.common import like_input, vjp_grad
+from popxl.lowering.world import HostOutput
+from popxl.op import CHECK_RESULT, Attrs, Op, OpDef, Resource, register
+from popxl.opdefs.common import like_input, modifies_first, vjp_grad
+from popxl.remote_buffer import RemoteBuffer
 from popxl.tensor import Constant, TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
+
+
+def _stream(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({attrs["stream"]})
+
+
+def _stream_and_check(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({attrs["stream"], CHECK_RESULT})
+
+
+def _buffer(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({attrs["buffer"]})
+
+
+def _check(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({CHECK_RESULT})
+
+
+def _buffer_and_check(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({attrs["buffer"], CHECK_RESULT})
 
 
 def _host_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     return [attrs["stream"].spec]
 
 
-def _lower_host_load(ctx: Any, op: Op) -> list[jax.Array]:
-    sid = op.attrs["stream"].tensor_id
-    data = ctx.host_inputs[sid]
-    cursor = ctx.world["in_cursor"][sid]
-    ctx.check(cursor < data.shape[0], f"host_load from stream '{sid}'", cursor, data.shape[0])
-    ctx.world["in_cursor"][sid] = cursor + 1
+def _lower_host_load(ctx: LoweringContext, attrs: Attrs) -> list[jax.Array]:
+    stream = attrs["stream"]
+    data = ctx.host_inputs[stream.tensor_id]
+    cursor = ctx.world.cursor(stream)
+    ctx.check(cursor < data.shape[0], f"host_load from stream '{stream.tensor_id}'", cursor, data.shape[0])
+    ctx.world.write_cursor(stream, cursor + 1)
     return [jax.lax.dynamic_index_in_dim(data, jnp.minimum(cursor, data.shape[0] - 1), keepdims=False)]
 
 
-HOST_LOAD = register(OpDef("host_load", _host_load_infer, _lower_host_load, side_effects=True))
+HOST_LOAD = register(OpDef("host_load", _host_load_infer, _lower_host_load, reads=_stream, writes=_stream_and_check))
 
 
 def _host_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -40,25 +65,22 @@ def _host_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorS
     return []
 
 
-def _lower_host_store(ctx: Any, op: Op, x: jax.Array) -> list[jax.Array]:
-    sid = op.attrs["stream"].tensor_id
-    out = ctx.world["out"][sid]
-    cursor = ctx.world["out_cursor"][sid]
-    ctx.check(cursor < out.shape[0], f"host_store to stream '{sid}'", cursor, out.shape[0])
-    ctx.world["out"][sid] = jax.lax.dynamic_update_index_in_dim(out, x, jnp.minimum(cursor, out.shape[0] - 1), 0)
-    ctx.world["out_cursor"][sid] = cursor + 1
+def _lower_host_store(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
+    stream = attrs["stream"]
+    out, cursor = ctx.world.host_output(stream)
+    slots = out.shape[0]
+    ctx.check(cursor < slots, f"host_store to stream '{stream.tensor_id}'", cursor, slots)
+    values = jax.lax.dynamic_update_index_in_dim(out, x, jnp.minimum(cursor, slots - 1), 0)
+    ctx.world.write_host_output(stream, HostOutput(values, cursor + 1))
     return []
 
 
-HOST_STORE = register(OpDef("host_store", _host_store_infer, _lower_host_store, side_effects=True))
+HOST_STORE = register(
+    OpDef("host_store", _host_store_infer, _lower_host_store, reads=_stream, writes=_stream_and_check)
+)
 
 
-def buffer_key(buffer: Any) -> str:
-    """The key of a remote buffer's storage in the lowered state."""
-    return f"buffer{buffer.remote_buffer_id}"
-
-
-def _check_matches(buffer: Any, s: TensorSpec) -> None:
+def _check_matches(buffer: RemoteBuffer, s: TensorSpec) -> None:
     if (s.shape, s.dtype) != (buffer.tensor_shape, buffer.tensor_dtype):
         raise ValueError(
             f"Tensor of {s.dtype.name} {s.shape} does not match buffer {buffer.remote_buffer_id} "
@@ -71,16 +93,17 @@ def _check_offset(s: TensorSpec) -> None:
         raise ValueError(f"A remote buffer offset must be a scalar integer tensor, got {s.dtype.name} {s.shape}")
 
 
-def _checked_offset(ctx: Any, op: Op, offset: jax.Array, what: str) -> tuple[jax.Array, jax.Array]:
-    buffer = op.attrs["buffer"]
-    store = ctx.world["buffers"][buffer_key(buffer)]
+def _checked_offset(
+    ctx: LoweringContext, buffer: RemoteBuffer, offset: jax.Array, what: str
+) -> tuple[jax.Array, jax.Array]:
+    store = ctx.world.buffer(buffer)
     entries = store.shape[0]
     offset = offset.astype(jnp.int32)
     ctx.check((offset >= 0) & (offset < entries), f"{what} remote buffer {buffer.remote_buffer_id}", offset, entries)
     return store, jnp.clip(offset, 0, entries - 1)
 
 
-def _static_offset_check(position: int, what: str) -> Any:
+def _static_offset_check(position: int, what: str) -> Callable[[Op], None]:
     """A Session-time check that a constant offset lies within the buffer's final entries."""
 
     def check(op: Op) -> None:
@@ -101,8 +124,8 @@ def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tensor
     return [TensorSpec(buffer.tensor_shape, buffer.tensor_dtype, buffer.meta_shape)]
 
 
-def _lower_remote_load(ctx: Any, op: Op, offset: jax.Array) -> list[jax.Array]:
-    store, index = _checked_offset(ctx, op, offset, "remote_load from")
+def _lower_remote_load(ctx: LoweringContext, attrs: Attrs, offset: jax.Array) -> list[jax.Array]:
+    store, index = _checked_offset(ctx, attrs["buffer"], offset, "remote_load from")
     return [jax.lax.dynamic_index_in_dim(store, index, keepdims=False)]
 
 
@@ -111,7 +134,8 @@ REMOTE_LOAD = register(
         "remote_load",
         _remote_load_infer,
         _lower_remote_load,
-        side_effects=True,
+        reads=_buffer,
+        writes=_check,
         check=_static_offset_check(0, "remote_load from"),
     )
 )
@@ -123,9 +147,8 @@ def _remote_load_inplace_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> lis
     return [specs[0]]
 
 
-def _lower_remote_load_inplace(ctx: Any, op: Op, t: jax.Array, offset: jax.Array) -> Any:
-    (out,) = _lower_remote_load(ctx, op, offset)
-    return [out], {0: out}
+def _lower_remote_load_inplace(ctx: LoweringContext, attrs: Attrs, t: jax.Array, offset: jax.Array) -> list[jax.Array]:
+    return _lower_remote_load(ctx, attrs, offset)
 
 
 REMOTE_LOAD_INPLACE = register(
@@ -133,8 +156,10 @@ REMOTE_LOAD_INPLACE = register(
         "remote_load_",
         _remote_load_inplace_infer,
         _lower_remote_load_inplace,
-        side_effects=True,
         output_names=("remote_load_out",),
+        reads=_buffer,
+        writes=_check,
+        modifies=modifies_first,
         check=_static_offset_check(1, "remote_load_ from"),
     )
 )
@@ -146,10 +171,10 @@ def _remote_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tenso
     return []
 
 
-def _lower_remote_store(ctx: Any, op: Op, offset: jax.Array, t: jax.Array) -> list[jax.Array]:
-    store, index = _checked_offset(ctx, op, offset, "remote_store to")
-    key = buffer_key(op.attrs["buffer"])
-    ctx.world["buffers"][key] = jax.lax.dynamic_update_index_in_dim(store, t.astype(store.dtype), index, 0)
+def _lower_remote_store(ctx: LoweringContext, attrs: Attrs, offset: jax.Array, t: jax.Array) -> list[jax.Array]:
+    buffer = attrs["buffer"]
+    store, index = _checked_offset(ctx, buffer, offset, "remote_store to")
+    ctx.world.write_buffer(buffer, jax.lax.dynamic_update_index_in_dim(store, t.astype(store.dtype), index, 0))
     return []
 
 
@@ -158,13 +183,14 @@ REMOTE_STORE = register(
         "remote_store",
         _remote_store_infer,
         _lower_remote_store,
-        side_effects=True,
+        reads=_buffer,
+        writes=_buffer_and_check,
         check=_static_offset_check(0, "remote_store to"),
     )
 )
 
 
-IO_TILE_COPY = register(OpDef("io_tile_copy", like_input(0), lambda ctx, op, x: [x], grad=vjp_grad(linear=True)))
+IO_TILE_COPY = register(OpDef("io_tile_copy", like_input(0), lambda ctx, attrs, x: [x], grad=vjp_grad(linear=True)))
 
 
 def _init_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -175,7 +201,7 @@ INIT = register(
     OpDef(
         "init",
         _init_infer,
-        lambda ctx, op: [jnp.zeros(op.attrs["shape"], op.attrs["dtype"].as_numpy())],
+        lambda ctx, attrs: [jnp.zeros(attrs["shape"], attrs["dtype"].as_numpy())],
         output_names=("init_out",),
     )
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +12,9 @@ from popxl import dtypes
 from popxl.op import Attrs, OpDef, register
 from popxl.opdefs.common import vjp_grad
 from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
 
 SEED_SPEC = TensorSpec((2,), dtypes.uint32)
 
@@ -31,8 +34,8 @@ def _split_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     return [SEED_SPEC] * attrs["count"]
 
 
-def _lower_split(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
-    keys = jax.random.split(_key(seed), op.attrs["count"])
+def _lower_split(ctx: LoweringContext, attrs: Attrs, seed: jax.Array) -> list[jax.Array]:
+    keys = jax.random.split(_key(seed), attrs["count"])
     return list(jax.random.key_data(keys))
 
 
@@ -44,13 +47,11 @@ def _random_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
     return [TensorSpec(attrs["shape"], attrs["dtype"])]
 
 
-def _lower_uniform(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
-    a = op.attrs
+def _lower_uniform(ctx: LoweringContext, a: Attrs, seed: jax.Array) -> list[jax.Array]:
     return [jax.random.uniform(_key(seed), a["shape"], a["dtype"].as_numpy(), a["low"], a["high"])]
 
 
-def _lower_normal(ctx: Any, op: Any, seed: jax.Array) -> list[jax.Array]:
-    a = op.attrs
+def _lower_normal(ctx: LoweringContext, a: Attrs, seed: jax.Array) -> list[jax.Array]:
     z = jax.random.normal(_key(seed), a["shape"], a["dtype"].as_numpy())
     return [z * a["std"] + a["mean"]]
 
@@ -66,8 +67,8 @@ def _dropout_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec
     return [specs[0]]
 
 
-def _lower_dropout(ctx: Any, op: Any, x: jax.Array, seed: jax.Array) -> list[jax.Array]:
-    p = op.attrs["p"]
+def _lower_dropout(ctx: LoweringContext, attrs: Attrs, x: jax.Array, seed: jax.Array) -> list[jax.Array]:
+    p = attrs["p"]
     keep = jax.random.bernoulli(_key(seed), 1 - p, x.shape)
     return [jnp.where(keep, x / (1 - p), jnp.zeros_like(x))]
 

@@ -9,24 +9,25 @@ import jax
 import jax.numpy as jnp
 
 from popxl.op import Attrs, OpDef, register
-from popxl.opdefs.common import like_input, same_dtype, vjp_grad
+from popxl.opdefs.common import axis_in, like_input, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
 
 
-def _axes(rank: int, axis: Any) -> tuple[int, ...]:
+def _reduce_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    rank = len(specs[0].shape)
+    axis = attrs["axis"]
     if axis is None:
-        return tuple(range(rank))
+        return {**attrs, "axis": tuple(range(rank))}
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     for a in axes:
         if not -rank <= a < rank:
             raise ValueError(f"Axis {a} is out of range for a tensor of rank {rank}")
-    return tuple(sorted(a % rank for a in axes))
+    return {**attrs, "axis": tuple(sorted({a % rank for a in axes}))}
 
 
 def _reduce_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     (s,) = specs
-    axes = _axes(len(s.shape), attrs["axis"])
-    attrs["axis"] = axes
+    axes = attrs["axis"]
     if attrs["keepdims"]:
         shape = tuple(1 if i in axes else d for i, d in enumerate(s.shape))
     else:
@@ -39,8 +40,9 @@ def _reduction(name: str, fn: Any, linear: bool) -> OpDef:
         OpDef(
             name,
             _reduce_infer,
-            lambda ctx, op, x: [fn(x, axis=op.attrs["axis"], keepdims=op.attrs["keepdims"])],
+            lambda ctx, attrs, x: [fn(x, axis=attrs["axis"], keepdims=attrs["keepdims"])],
             grad=vjp_grad(linear=linear),
+            normalise=_reduce_normalise,
         )
     )
 
@@ -55,8 +57,9 @@ SOFTMAX = register(
     OpDef(
         "softmax",
         like_input(0),
-        lambda ctx, op, x: [jax.nn.softmax(x, axis=op.attrs["axis"])],
+        lambda ctx, attrs, x: [jax.nn.softmax(x, axis=attrs["axis"])],
         grad=vjp_grad(),
+        normalise=lambda specs, attrs: {**attrs, "axis": axis_in("softmax", attrs["axis"], len(specs[0].shape))},
     )
 )
 
@@ -88,7 +91,7 @@ GROUP_NORM = register(
     OpDef(
         "group_norm",
         _group_norm_infer,
-        lambda ctx, op, x, w, b: [_group_norm(x, w, b, op.attrs["num_groups"], op.attrs["eps"])],
+        lambda ctx, attrs, x, w, b: [_group_norm(x, w, b, attrs["num_groups"], attrs["eps"])],
         grad=vjp_grad({0: (0, 1), 1: (0,), 2: ()}),
     )
 )

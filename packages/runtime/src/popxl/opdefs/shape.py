@@ -4,110 +4,138 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from popxl.op import Attrs, OpDef, register
-from popxl.opdefs.common import same_dtype, vjp_grad
+from popxl.opdefs.common import axis_in, broadcast_shapes, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
 
 
-def _reshape_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _reshape_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     (s,) = specs
-    shape = list(attrs["shape"])
+    shape = [int(d) for d in attrs["shape"]]
     n = math.prod(s.shape)
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ValueError(f"Cannot reshape a tensor of shape {s.shape} to {tuple(attrs['shape'])}")
     if shape.count(-1) == 1:
         known = math.prod(d for d in shape if d != -1)
         shape[shape.index(-1)] = n // known if known else 0
     if math.prod(shape) != n:
         raise ValueError(f"Cannot reshape a tensor of shape {s.shape} to {tuple(attrs['shape'])}")
-    attrs["shape"] = tuple(shape)
-    return [TensorSpec(tuple(shape), s.dtype)]
+    return {**attrs, "shape": tuple(shape)}
 
 
 RESHAPE = register(
-    OpDef("reshape", _reshape_infer, lambda ctx, op, x: [x.reshape(op.attrs["shape"])], grad=vjp_grad(linear=True))
+    OpDef(
+        "reshape",
+        lambda specs, attrs: [TensorSpec(attrs["shape"], specs[0].dtype)],
+        lambda ctx, attrs, x: [x.reshape(attrs["shape"])],
+        grad=vjp_grad(linear=True),
+        normalise=_reshape_normalise,
+    )
 )
 
 
-def _transpose_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _transpose_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     (s,) = specs
     perm = attrs["permutation"]
-    perm = tuple(reversed(range(len(s.shape)))) if perm is None else tuple(perm)
+    perm = tuple(reversed(range(len(s.shape)))) if perm is None else tuple(int(p) for p in perm)
     if sorted(perm) != list(range(len(s.shape))):
         raise ValueError(f"{perm} is not a permutation of the axes of a tensor of shape {s.shape}")
-    attrs["permutation"] = perm
-    return [TensorSpec(tuple(s.shape[p] for p in perm), s.dtype)]
+    return {**attrs, "permutation": perm}
 
 
 TRANSPOSE = register(
     OpDef(
         "transpose",
-        _transpose_infer,
-        lambda ctx, op, x: [jnp.transpose(x, op.attrs["permutation"])],
+        lambda specs, attrs: [TensorSpec(tuple(specs[0].shape[p] for p in attrs["permutation"]), specs[0].dtype)],
+        lambda ctx, attrs, x: [jnp.transpose(x, attrs["permutation"])],
         grad=vjp_grad(linear=True),
+        normalise=_transpose_normalise,
     )
 )
 
 
-def _slice_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _slice_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     (s,) = specs
-    index = tuple(slice(*se) for se in attrs["slices"])
-    if len(index) > len(s.shape):
-        raise ValueError(f"Too many slices ({len(index)}) for a tensor of shape {s.shape}")
-    shape = np.empty(s.shape, np.int8)[index].shape
-    return [TensorSpec(shape, s.dtype)]
+    given = tuple(attrs["slices"])
+    if len(given) > len(s.shape):
+        raise ValueError(f"Too many slices ({len(given)}) for a tensor of shape {s.shape}")
+    full = given + ((None, None, None),) * (len(s.shape) - len(given))
+    slices = []
+    for (start, stop, step), d in zip(full, s.shape):
+        if step == 0:
+            raise ValueError(f"A slice step cannot be zero (slicing a tensor of shape {s.shape})")
+        slices.append(slice(start, stop, step).indices(d))
+    return {**attrs, "slices": tuple(slices)}
+
+
+def _python_slice(start: int, stop: int, step: int) -> slice:
+    # `slice.indices` gives stop -1 for "before index 0" with a negative step; as a slice that means "the last".
+    return slice(start, None if stop < 0 else stop, step)
+
+
+def _slice_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    shape = tuple(len(range(*se)) for se in attrs["slices"])
+    return [TensorSpec(shape, specs[0].dtype)]
 
 
 SLICE = register(
     OpDef(
         "slice",
         _slice_infer,
-        lambda ctx, op, x: [x[tuple(slice(*se) for se in op.attrs["slices"])]],
+        lambda ctx, attrs, x: [x[tuple(_python_slice(*se) for se in attrs["slices"])]],
         grad=vjp_grad(linear=True),
+        normalise=_slice_normalise,
     )
 )
 
 
-def _concat_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
-    dt = same_dtype("concat", specs)
+def _concat_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    same_dtype("concat", specs)
     rank = len(specs[0].shape)
-    axis = attrs["axis"] % rank
-    attrs["axis"] = axis
+    axis = axis_in("concat", attrs["axis"], rank)
     for s in specs:
         if len(s.shape) != rank or any(d != e for i, (d, e) in enumerate(zip(s.shape, specs[0].shape)) if i != axis):
             raise ValueError(f"concat along axis {axis} needs matching shapes, got {[x.shape for x in specs]}")
+    return {**attrs, "axis": axis}
+
+
+def _concat_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    axis = attrs["axis"]
     shape = list(specs[0].shape)
     shape[axis] = sum(s.shape[axis] for s in specs)
-    return [TensorSpec(tuple(shape), dt)]
+    return [TensorSpec(tuple(shape), specs[0].dtype)]
 
 
 CONCAT = register(
     OpDef(
         "concat",
         _concat_infer,
-        lambda ctx, op, *xs: [jnp.concatenate(xs, axis=op.attrs["axis"])],
+        lambda ctx, attrs, *xs: [jnp.concatenate(xs, axis=attrs["axis"])],
         grad=vjp_grad(linear=True),
+        normalise=_concat_normalise,
     )
 )
 
 
-def _expand_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+def _expand_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     (s,) = specs
     try:
-        shape = tuple(np.broadcast_shapes(s.shape, tuple(attrs["shape"])))
+        shape = broadcast_shapes(s.shape, tuple(int(d) for d in attrs["shape"]))
     except ValueError as e:
         raise ValueError(f"Cannot expand shape {s.shape} to {tuple(attrs['shape'])}") from e
-    attrs["shape"] = shape
-    return [TensorSpec(shape, s.dtype)]
+    return {**attrs, "shape": shape}
 
 
 EXPAND = register(
     OpDef(
         "expand",
-        _expand_infer,
-        lambda ctx, op, x: [jnp.broadcast_to(x, op.attrs["shape"])],
+        lambda specs, attrs: [TensorSpec(attrs["shape"], specs[0].dtype)],
+        lambda ctx, attrs, x: [jnp.broadcast_to(x, attrs["shape"])],
         grad=vjp_grad(linear=True),
+        normalise=_expand_normalise,
     )
 )

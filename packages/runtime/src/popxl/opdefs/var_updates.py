@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from popxl.op import Attrs, OpDef, register
+from popxl.opdefs.common import broadcast_shapes, modifies_first
 from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
 
 
 def _infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     t = specs[0]
     for s in specs[1:]:
         try:
-            ok = jnp.broadcast_shapes(t.shape, s.shape) == t.shape
+            ok = broadcast_shapes(t.shape, s.shape) == t.shape
         except ValueError:
             ok = False
         if not ok:
@@ -40,9 +44,8 @@ def _update(kind: str, t: jax.Array, x: jax.Array, *factors: jax.Array) -> jax.A
     return jnp.broadcast_to(x, t.shape)  # copy
 
 
-def _lower(ctx: Any, op: Any, t: jax.Array, *rest: jax.Array) -> Any:
-    out = jnp.broadcast_to(_update(op.attrs["kind"], t, *rest), t.shape).astype(t.dtype)
-    return [out], {0: out}
+def _lower(ctx: LoweringContext, attrs: Attrs, t: jax.Array, *rest: jax.Array) -> list[jax.Array]:
+    return [jnp.broadcast_to(_update(attrs["kind"], t, *rest), t.shape).astype(t.dtype)]
 
 
-VAR_UPDATE = register(OpDef("var_update", _infer, _lower, side_effects=True))
+VAR_UPDATE = register(OpDef("var_update", _infer, _lower, modifies=modifies_first))

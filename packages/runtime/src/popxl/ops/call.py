@@ -10,7 +10,7 @@ import numpy as np
 from popxl import context
 from popxl.creation import constant
 from popxl.graph import Graph
-from popxl.op import Op, create_op
+from popxl.op import Op, OpDef, add_op
 from popxl.opdefs.control import CALL, REPEAT, by_ref_indices
 from popxl.tensor import Tensor
 
@@ -48,17 +48,17 @@ class CallSiteInfo:
     def graph_to_parent(self, t: Tensor) -> Tensor:
         """The parent tensor connected to graph input or output `t`."""
         g = self.called_graph
-        if t in g._inputs:
-            return self._op.inputs[g._inputs.index(t)]
-        if t in g._outputs:
-            return self._op.outputs[g._outputs.index(t)]
+        if t in g.inputs:
+            return self._op.inputs[g.inputs.index(t)]
+        if t in g.outputs:
+            return self._op.outputs[g.outputs.index(t)]
         raise ValueError(f"{t} is neither an input nor an output of {g.id!r}")
 
     def parent_to_graph(self, p: Tensor) -> Tensor:
         """The graph input fed by the first occurrence of parent tensor `p`."""
         for i, t in enumerate(self._op.inputs):
             if t is p:
-                return self.called_graph._inputs[i]
+                return self.called_graph.inputs[i]
         raise ValueError(f"{p} is not an input of this call of {self.called_graph.id!r}")
 
     def graph_to_parent_input_index(self, index: int) -> int:
@@ -78,9 +78,12 @@ class CallSiteInfo:
         return index
 
     def set_parent_input_modified(self, p: Tensor, infer_modified_regions: bool = False) -> None:
-        """Mark parent tensor `p` as modified by the call (its graph input becomes by-ref)."""
-        self.called_graph._by_ref_inputs.add(self.parent_to_graph(p))
-        self._op.modified = tuple(by_ref_indices(self._op))
+        """Mark parent tensor `p` as modified by this call: the graph's in-place updates of it reach `p`."""
+        if self._op.opdef is not CALL:
+            raise TypeError(f"Only a call's parent inputs can be marked modified, not those of {self._op}")
+        index = self.called_graph.inputs.index(self.parent_to_graph(p))
+        modified = sorted({*self._op.attrs["modified"], index})
+        self._op.attrs = {**self._op.attrs, "modified": tuple(modified)}
 
     @property
     def op(self) -> Op:
@@ -119,9 +122,9 @@ def bind_inputs(
         raise ValueError(f"{len(flat)} inputs given but graph {graph.id!r} has only {len(graph.inputs)}")
     bound = {i: _coerce(v, graph.inputs[i], parent) for i, v in enumerate(flat)}
     for k, v in (inputs_dict or {}).items():
-        if not isinstance(k, Tensor) or k not in graph._inputs:
+        if not isinstance(k, Tensor) or k not in graph.inputs:
             raise ValueError(f"{k!r} is not an input of graph {graph.id!r}")
-        i = graph._inputs.index(k)
+        i = graph.inputs.index(k)
         if i in bound:
             raise ValueError(f"Input {k.id} of graph {graph.id!r} is given twice")
         bound[i] = _coerce(v, k, parent)
@@ -132,13 +135,8 @@ def bind_inputs(
     return [bound[i] for i in range(len(graph.inputs))]
 
 
-def _create(kind: Any, graph: Graph, parents: list[Tensor], attrs: dict[str, Any]) -> Op:
-    names = [t.name for t in graph.outputs]
-    by_ref = [i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs]
-    create_op(kind, parents, {"graph": graph, **attrs}, names=names, modified=by_ref)
-    op = context.gcg()._ops[-1]
-    graph._call_sites.append(op)
-    return op
+def _create(kind: OpDef, graph: Graph, parents: list[Tensor], attrs: dict[str, Any]) -> Op:
+    return add_op(kind, parents, {"graph": graph, **attrs}, names=[t.name for t in graph.outputs])
 
 
 def call_with_info(
@@ -146,7 +144,7 @@ def call_with_info(
 ) -> CallSiteInfo:
     """Call `graph` and return the call site's info."""
     parents = bind_inputs(graph, inputs, inputs_dict, check_inputs)
-    return CallSiteInfo(_create(CALL, graph, parents, {}))
+    return CallSiteInfo(_create(CALL, graph, parents, {"modified": by_ref_indices(graph)}))
 
 
 def call(graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None) -> tuple[Tensor, ...]:

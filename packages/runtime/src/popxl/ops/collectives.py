@@ -26,7 +26,7 @@ def replicated_all_reduce(t: Tensor, op: str = "add", group: ReplicaGrouping | N
 
 def replicated_all_reduce_(t: Tensor, op: str = "add", group: ReplicaGrouping | None = None) -> Tensor:
     """In-place form of `replicated_all_reduce`."""
-    return create_op(c.ALL_REDUCE_INPLACE, [t], {"op": _op(op), "group": _group(group)}, modified=(0,))[0]
+    return create_op(c.ALL_REDUCE_INPLACE, [t], {"op": _op(op), "group": _group(group)})[0]
 
 
 def replicated_reduce_scatter(

@@ -47,7 +47,7 @@ def dynamic_update_(
 ) -> Tensor:
     """`dynamic_update` in place on `t`."""
     attrs = {"axes": list(axes), "sizes": list(sizes)}
-    return create_op(ix.DYNAMIC_UPDATE_INPLACE, [t, t_update, index], attrs, modified=(0,))[0]
+    return create_op(ix.DYNAMIC_UPDATE_INPLACE, [t, t_update, index], attrs)[0]
 
 
 def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1) -> Tensor:

@@ -55,7 +55,7 @@ def remote_load(remote_buffer: RemoteBuffer, offset: int | Tensor, name: str | N
 def remote_load_(remote_buffer: RemoteBuffer, offset: int | Tensor, t: Tensor) -> Tensor:
     """Load entry `offset` of `remote_buffer` into `t` in place."""
     _check_buffer(remote_buffer)
-    return create_op(io.REMOTE_LOAD_INPLACE, [t, _offset(offset)], {"buffer": remote_buffer}, modified=(0,))[0]
+    return create_op(io.REMOTE_LOAD_INPLACE, [t, _offset(offset)], {"buffer": remote_buffer})[0]
 
 
 def remote_store(remote_buffer: RemoteBuffer, offset: int | Tensor, t: Tensor) -> None:

@@ -30,7 +30,7 @@ def add(lhs: Tensor, rhs: Tensor) -> Tensor:
 
 def add_(lhs: Tensor, rhs: Tensor) -> Tensor:
     """`lhs += rhs` in place; returns the updated `lhs`."""
-    return create_op(ew.ADD_INPLACE, [lhs, rhs], modified=(0,))[0]
+    return create_op(ew.ADD_INPLACE, [lhs, rhs])[0]
 
 
 def sub(lhs: Tensor, rhs: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ def _factor(f: float | Tensor, like: Tensor) -> Tensor:
 
 def _update(kind: str, t: Tensor, *inputs: Tensor) -> Tensor:
     name = t.name.split("/")[-1] + "_" + kind
-    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[name], modified=(0,))[0]
+    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[name])[0]
 
 
 def accumulate_(t: Tensor, X: Tensor, f: float | Tensor = 1.0) -> Tensor:

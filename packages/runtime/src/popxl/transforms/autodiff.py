@@ -14,130 +14,40 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Sequence
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from popxl import context
 from popxl.creation import constant
+from popxl.grad_builder import GradBuilder
+from popxl.grad_info import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.op import Op
-from popxl.ops.call import CallSiteInfo, call
+from popxl.opdefs.control import CALL
+from popxl.ops.call import call
 from popxl.ops.maths import add
 from popxl.tensor import Tensor
-from popxl.transforms.grad_builder import GradBuilder
+
+__all__ = [
+    "AutodiffError",
+    "ExpectedConnection",
+    "ExpectedConnectionType",
+    "GradGraphInfo",
+    "autodiff",
+    "call_grad",
+    "contributes_to",
+    "depends_on",
+    "grad_graph",
+]
 
 
 class AutodiffError(RuntimeError):
     """A gradient that cannot be built."""
 
 
-class ExpectedConnectionType(Enum):
-    """What a gradient-graph input or output connects to in the forward graph."""
-
-    Fwd = "Fwd"
-    FwdGrad = "FwdGrad"
-
-
-class ExpectedConnection:
-    """A forward tensor and whether its value (Fwd) or its gradient (FwdGrad) is meant."""
-
-    def __init__(self) -> None:
-        raise TypeError("ExpectedConnection is created by autodiff, not directly")
-
-    @classmethod
-    def _create(cls, fwd_tensor: Tensor, connection_type: ExpectedConnectionType) -> ExpectedConnection:
-        ec = cls.__new__(cls)
-        ec.fwd_tensor = fwd_tensor
-        ec.connection_type = connection_type
-        return ec
-
-    fwd_tensor: Tensor
-    connection_type: ExpectedConnectionType
-
-    def __repr__(self) -> str:
-        return f"({self.connection_type.name}, {self.fwd_tensor.id})"
-
-
-class GradGraphInfo:
-    """A gradient graph and how its inputs and outputs connect to the forward graph."""
-
-    def __init__(self) -> None:
-        raise TypeError("GradGraphInfo is created by autodiff, not directly")
-
-    @classmethod
-    def _create(
-        cls,
-        graph: Graph,
-        forward_graph: Graph,
-        expected_inputs: list[ExpectedConnection],
-        expected_outputs: list[ExpectedConnection],
-    ) -> GradGraphInfo:
-        info = cls.__new__(cls)
-        info.graph = graph
-        info.forward_graph = forward_graph
-        info._expected_inputs = expected_inputs
-        info._expected_outputs = expected_outputs
-        return info
-
-    graph: Graph
-    forward_graph: Graph
-    _expected_inputs: list[ExpectedConnection]
-    _expected_outputs: list[ExpectedConnection]
-
-    @property
-    def expected_inputs(self) -> tuple[ExpectedConnection, ...]:
-        """What each gradient-graph input (from index 0) connects to."""
-        return tuple(self._expected_inputs)
-
-    @property
-    def expected_outputs(self) -> tuple[ExpectedConnection, ...]:
-        """What each gradient-graph output connects to (all FwdGrad)."""
-        return tuple(self._expected_outputs)
-
-    @property
-    def inputs(self) -> tuple[Tensor, ...]:
-        """The forward tensors of the expected inputs."""
-        return tuple(ec.fwd_tensor for ec in self._expected_inputs)
-
-    @property
-    def outputs(self) -> tuple[Tensor, ...]:
-        """The forward tensors of the expected outputs."""
-        return tuple(ec.fwd_tensor for ec in self._expected_outputs)
-
-    def inputs_dict(self, fwd_call_info: CallSiteInfo) -> dict[Tensor, Tensor]:
-        """Gradient-graph Fwd inputs mapped to the parent tensors of a forward call."""
-        if fwd_call_info.called_graph is not self.forward_graph:
-            raise TypeError(
-                f"The call info is of {fwd_call_info.called_graph.id!r}, not of the forward graph "
-                f"{self.forward_graph.id!r}"
-            )
-        return {
-            self.graph.inputs[i]: fwd_call_info.graph_to_parent(ec.fwd_tensor)
-            for i, ec in enumerate(self._expected_inputs)
-            if ec.connection_type is ExpectedConnectionType.Fwd
-        }
-
-    def fwd_graph_ins_to_grad_parent_outs(self, grad_call_info: CallSiteInfo) -> dict[Tensor, Tensor]:
-        """Forward-graph tensors mapped to the parent tensors holding their gradients."""
-        return {
-            ec.fwd_tensor: grad_call_info.graph_to_parent(self.graph.outputs[i])
-            for i, ec in enumerate(self._expected_outputs)
-            if i < len(self.graph.outputs)
-        }
-
-    def fwd_parent_ins_to_grad_parent_outs(
-        self, fwd_call_info: CallSiteInfo, grad_call_info: CallSiteInfo
-    ) -> dict[Tensor, Tensor]:
-        """Forward call-site tensors mapped to the parent tensors holding their gradients."""
-        return {
-            fwd_call_info.graph_to_parent(t): g
-            for t, g in self.fwd_graph_ins_to_grad_parent_outs(grad_call_info).items()
-        }
-
-
 def depends_on(graph: Graph, required: Iterable[Tensor]) -> set[Tensor]:
+    """The tensors of `graph` that depend on any of `required`."""
     depends = set(required)
     for op in graph.ops:
         if any(t in depends for t in op.inputs):
@@ -146,6 +56,7 @@ def depends_on(graph: Graph, required: Iterable[Tensor]) -> set[Tensor]:
 
 
 def contributes_to(graph: Graph, provided: Iterable[Tensor]) -> set[Tensor]:
+    """The tensors of `graph` that any of `provided` depends on."""
     contributes = set(provided)
     for op in reversed(graph.ops):
         if any(t in contributes for t in op.outputs):
@@ -154,23 +65,16 @@ def contributes_to(graph: Graph, provided: Iterable[Tensor]) -> set[Tensor]:
 
 
 def _stitch(forward: Graph, needed: Sequence[Tensor]) -> None:
-    """Make every needed forward tensor an output of `forward` and of each call of it."""
+    """Make every needed forward tensor an output of `forward` (and so of each op running it)."""
     present = set(forward.inputs) | set(forward.outputs)
     for t in needed:
         if t in present:
             continue
-        for site in forward._call_sites:
-            if site.name != "call":
-                raise AutodiffError(
-                    f"Cannot add {t.id} to the outputs of {forward.id!r}: it is used by a {site.name} op"
-                )
-        forward._add_output(t)
+        try:
+            forward.add_output(t)
+        except ValueError as e:
+            raise AutodiffError(f"Cannot make {t.id} available to the gradient graph: {e}") from e
         present.add(t)
-        for site in forward._call_sites:
-            parent = site.graph
-            out = Tensor(parent, t.name, t.spec)
-            out.producer = site
-            site.outputs.append(out)
 
 
 def _backward(gb: GradBuilder, forward: Graph, grads: dict[Tensor, Tensor], wanted: set[Tensor]) -> None:
@@ -193,6 +97,7 @@ def grad_graph(
     required: Sequence[Tensor],
     called_infos: dict[Graph, GradGraphInfo],
 ) -> GradGraphInfo:
+    """The gradient graph of `forward` for `required` from `provided`, recorded in `called_infos`."""
     ir = forward.ir
     backward = ir.create_empty_graph(f"{forward.name}_grad")
     depends = depends_on(forward, required)
@@ -214,7 +119,7 @@ def grad_graph(
                 )
             graph_output(grads[t])
     activations = sorted(gb.activations, key=lambda t: t.id.encode())
-    backward._inputs = grad_inputs + [gb.activations[t] for t in activations]
+    backward.reorder_inputs(grad_inputs + [gb.activations[t] for t in activations])
     _stitch(forward, activations)
     expected_inputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in provided] + [
         ExpectedConnection._create(t, ExpectedConnectionType.Fwd) for t in activations
@@ -237,17 +142,20 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
     for ec in info.expected_inputs:
         t = ec.fwd_tensor
         if ec.connection_type is ExpectedConnectionType.FwdGrad:
-            g = out_grads[sub._outputs.index(t)] if t in sub._outputs else None
+            g = out_grads[sub.outputs.index(t)] if t in sub.outputs else None
             feeds.append(g if g is not None else constant(np.zeros(t.shape, t.dtype.as_numpy()), t.dtype))
-        elif t in sub._inputs:
-            feeds.append(gb.fwd(op.inputs[sub._inputs.index(t)]))
+        elif t in sub.inputs:
+            feeds.append(gb.fwd(op.inputs[sub.inputs.index(t)]))
         else:
-            feeds.append(gb.fwd(op.outputs[sub._outputs.index(t)]))
+            feeds.append(gb.fwd(op.outputs[sub.outputs.index(t)]))
     results = call(info.graph, *feeds)
     grads: list[Tensor | None] = [None] * len(op.inputs)
     for k, ec in enumerate(info.expected_outputs):
-        grads[sub._inputs.index(ec.fwd_tensor)] = results[k]
+        grads[sub.inputs.index(ec.fwd_tensor)] = results[k]
     return grads
+
+
+CALL.define_grad(call_grad)
 
 
 def autodiff(

@@ -20,15 +20,10 @@ def clone_graph(graph: Graph, name: str | None = None) -> Graph:
 
     with new, context.fresh_name_scopes():
         for t in graph.inputs:
-            mapping[t] = graph_input(t.shape, t.dtype, t.name, t in graph._by_ref_inputs, t.meta_shape)
+            mapping[t] = graph_input(t.shape, t.dtype, t.name, graph.is_by_ref(t), t.meta_shape)
         for op in graph.ops:
-            outs = create_op(
-                op.opdef, [mapped(t) for t in op.inputs], dict(op.attrs), [t.name for t in op.outputs], op.modified
-            )
+            outs = create_op(op.opdef, [mapped(t) for t in op.inputs], op.attrs, [t.name for t in op.outputs])
             mapping.update(zip(op.outputs, outs))
-            called = op.attrs.get("graph")
-            if isinstance(called, Graph):
-                called._call_sites.append(new._ops[-1])
         for t in graph.outputs:
-            new._add_output(mapped(t))
+            new.add_output(mapped(t))
     return new

@@ -9,22 +9,21 @@ recomputes its body once from the stashed inputs to get the body's activations.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from popxl import dtypes
 from popxl.creation import constant
+from popxl.grad_builder import GradBuilder
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.op import Op
+from popxl.opdefs.control import REPEAT
 from popxl.ops.call import call, call_with_info, repeat
 from popxl.ops.io import remote_load, remote_store
 from popxl.remote_buffer import RemoteBuffer
 from popxl.tensor import Tensor
+from popxl.transforms.autodiff import contributes_to, grad_graph
 from popxl.transforms.clone import clone_graph
-
-if TYPE_CHECKING:
-    from popxl.transforms.grad_builder import GradBuilder
 
 
 def _zeros(t: Tensor) -> Tensor:
@@ -33,8 +32,6 @@ def _zeros(t: Tensor) -> Tensor:
 
 def repeat_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     """Gradients of a repeat op's inputs from the gradients of its final carried values."""
-    from popxl.transforms.autodiff import contributes_to, grad_graph
-
     body: Graph = op.attrs["graph"]
     count: int = op.attrs["count"]
     carried = len(body.outputs)
@@ -82,3 +79,6 @@ def repeat_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> 
     for i, g in zip([*carried_grads, *other_grads], totals):
         result[i] = g
     return result
+
+
+REPEAT.define_grad(repeat_grad)

@@ -42,7 +42,7 @@ def _check_handles(
     store_buffers: MutableMapping[popxl.Tensor, Any],
 ) -> None:
     for t, h in load_handles.items():
-        if t not in compute._inputs:
+        if t not in compute.inputs:
             continue
         if not isinstance(h, popxl.HostToDeviceStream | RemoteHandle):
             raise TypeError(
@@ -93,7 +93,7 @@ def batch_serialise(
     normalise(store_buffers)
     compute = graph.graph
     _check_handles(compute, load_handles, store_streams, store_buffers)
-    if seed_input is not None and seed_input not in compute._inputs:
+    if seed_input is not None and seed_input not in compute.inputs:
         raise ValueError(f"seed_input {seed_input.id} is not an input of {compute.id!r}")
     from_buffer = {t for t, h in load_handles.items() if isinstance(h, RemoteHandle)}
     loaded = [t for t in compute.inputs if t in load_handles]
@@ -117,7 +117,7 @@ def batch_serialise(
         row = popxl.graph_input((), popxl.int32, "batch_serial_loop_index")
         seed = popxl.graph_input((2,), popxl.uint32, "batch_serial_random_seed") if seed_input is not None else None
         new_inputs = {
-            t: popxl.graph_input(t.shape, t.dtype, t.name, by_ref=t in compute._by_ref_inputs, meta_shape=t.meta_shape)
+            t: popxl.graph_input(t.shape, t.dtype, t.name, by_ref=compute.is_by_ref(t), meta_shape=t.meta_shape)
             for t in passed
         }
         io = StepIO(

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from popxl.creation import constant
+from popxl.grad_info import GradGraphInfo
 from popxl.graph import Graph, graph_input
 from popxl.tensor import Constant, Tensor
-
-if TYPE_CHECKING:
-    from popxl.transforms.autodiff import GradGraphInfo
 
 
 class GradBuilder:
