@@ -23,6 +23,7 @@ from popxl.dtypes import (
 )
 from popxl.errors import OutOfRangeError
 from popxl.graph import Graph, graph_input, graph_output
+from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.module import Module
 from popxl.remote_buffer import RemoteBuffer, remote_buffer, replica_sharded_buffer
@@ -38,6 +39,7 @@ __all__ = [
     "OutOfRangeError",
     "DeviceToHostStream",
     "Graph",
+    "HostLayout",
     "HostToDeviceStream",
     "Ir",
     "Module",

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from popxl import dtypes
+from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -96,18 +97,18 @@ class Session:
         new_state, outputs = self._program.run(self._state, feeds)
         self._state = new_state
         self._host_stale = True
-        return {s: self._from_replica_major(outputs[s.tensor_id]) for s in self._program.d2h}
+        return {s: self.host_layout.from_replica_major(outputs[s.tensor_id]) for s in self._program.d2h}
 
     def create_host_outputs(self) -> dict[DeviceToHostStream, Array]:
         """Zeroed host arrays for every device-to-host stream, in the layout `run` returns."""
-        return {s: np.zeros(self._host_shape(s.shape), s.dtype.as_numpy()) for s in self._program.d2h}
+        return {s: np.zeros(self.host_layout.shape(s.shape), s.dtype.as_numpy()) for s in self._program.d2h}
 
     def run_with_outputs(
         self, inputs: Mapping[HostToDeviceStream, Any] | None, outputs: Mapping[DeviceToHostStream, Array]
     ) -> None:
         """Execute the main graph once, writing the results into the given host arrays."""
         for stream, array in outputs.items():
-            want = self._host_shape(stream.shape)
+            want = self.host_layout.shape(stream.shape)
             if not isinstance(array, np.ndarray) or array.shape != want or array.dtype != stream.dtype.as_numpy():
                 raise ValueError(
                     f"Output array for stream '{stream.tensor_id}' must be {stream.dtype.as_numpy()} of shape {want}"
@@ -135,15 +136,16 @@ class Session:
         """Replicas whose host data this process feeds and receives (all of them in one process)."""
         return self._program.placement.local_replicas
 
-    def _host_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        # As in popxl: a transfers axis when there are several, then a replica axis when replicated.
-        nht, replicated = self.ir.num_host_transfers, self.ir.replication_factor > 1
-        return (*((nht,) if nht > 1 else ()), *((self.local_replicas,) if replicated else ()), *shape)
+    @property
+    def host_layout(self) -> HostLayout:
+        """How host arrays for `run` are laid out (transfers axis, replica axis, stream shape)."""
+        # num_host_transfers may still change after the Session is created, as in popxl.
+        return HostLayout(self.ir.num_host_transfers, self.ir.replication_factor, self.local_replicas)
 
     def _to_replica_major(self, stream: HostToDeviceStream, data: Any) -> Array:
-        nht, r = self.ir.num_host_transfers, self.ir.replication_factor
+        layout = self.host_layout
         arr = np.asarray(data)
-        want = self._host_shape(stream.shape)
+        want = layout.shape(stream.shape)
         if arr.dtype != stream.dtype.as_numpy():
             if arr.dtype.kind not in "biuf" or dtypes.as_dtype(arr.dtype) is not stream.dtype:
                 raise ValueError(
@@ -151,28 +153,13 @@ class Session:
                     f"{stream.dtype.as_numpy()} with shape {want}"
                 )
             arr = arr.astype(stream.dtype.as_numpy())
-        ok = arr.ndim == len(want) and arr.shape[1:] == want[1:] and (nht == 1 or arr.shape[0] >= nht)
-        if nht == 1:
-            ok = arr.shape == want
-        if not ok:
+        if not layout.accepts(stream.shape, arr.shape):
             raise ValueError(
                 f"Input for stream '{stream.tensor_id}' has shape {arr.shape}, expected {want} "
-                f"(num_host_transfers={nht}, local replicas={self.local_replicas}, stream shape {stream.shape})"
+                f"(num_host_transfers={layout.num_host_transfers}, local replicas={layout.local_replicas}, "
+                f"stream shape {stream.shape})"
             )
-        if nht > 1:
-            arr = arr[:nht]
-        else:
-            arr = arr[None]
-        if r > 1:
-            arr = np.swapaxes(arr, 0, 1)
-        else:
-            arr = arr[None]
-        return np.ascontiguousarray(arr)
-
-    def _from_replica_major(self, out: Array) -> Array:
-        nht, r = self.ir.num_host_transfers, self.ir.replication_factor
-        arr = np.swapaxes(out, 0, 1) if r > 1 else out[0]
-        return np.array(arr if nht > 1 else arr[0], order="C")
+        return layout.to_replica_major(arr)
 
     def memory_analysis(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[str, int]:
         """XLA's memory figures (bytes) for the compiled program: temp, argument, output, aliased and code size."""

@@ -270,12 +270,6 @@ def host_data(variant: Variant, program: Program, rng: np.random.Generator) -> d
 def feed(
     program: Program, data: dict[str, np.ndarray[Any, Any]]
 ) -> dict[popxl.HostToDeviceStream, np.ndarray[Any, Any]]:
-    """`data` in the host layout of the program's streams."""
-    nht, replicas = program.ir.num_host_transfers, program.ir.replication_factor
-    out = {}
-    for name, stream in program.inputs.items():
-        values = data[name]
-        if replicas == 1:
-            values = values[:, 0]
-        out[stream] = values if nht > 1 else values[0]
-    return out
+    """`data`, given as `(micro-batches, replicas, *shape)`, in the host layout of the program's streams."""
+    layout = popxl.HostLayout.of(program.ir)
+    return {stream: layout.from_transfers_major(data[name]) for name, stream in program.inputs.items()}

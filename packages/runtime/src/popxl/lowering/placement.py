@@ -18,7 +18,7 @@ from popxl.lowering.replicas import ReplicaMesh
 Array = np.ndarray[Any, Any]
 
 
-class Placement:
+class ReplicaPlacement:
     """Moves per-replica arrays between the host and the devices that run the replicas."""
 
     def __init__(self, mesh: ReplicaMesh, replica_devices: list[Any] | None, device: Any) -> None:

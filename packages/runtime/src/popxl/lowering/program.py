@@ -13,7 +13,7 @@ import numpy as np
 from popxl.errors import OutOfRangeError
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
-from popxl.lowering.placement import Placement
+from popxl.lowering.placement import ReplicaPlacement
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, Resource, graph_writes, modified_roots, reachable_graphs
@@ -98,7 +98,7 @@ class Program:
                 f"{available[0].platform} device(s)"
             )
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
-        self.placement = Placement(self.mesh, self.replica_devices, self.device)
+        self.placement = ReplicaPlacement(self.mesh, self.replica_devices, self.device)
         self.sites = CheckSites() if checks else None
         # Without checks no run can fail after it started, so by default the state it writes is donated
         # to XLA and updated in place; with checks a failed run must keep the state it had.

@@ -1,0 +1,68 @@
+"""The layout of a program's host arrays: popxl's transfers and replica axes, in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popxl.ir import Ir
+
+Array = np.ndarray[Any, Any]
+
+
+class HostLayout:
+    """How one stream's host data is laid out for `Session.run`, as popxl lays it out.
+
+    A host array has a leading transfers axis when `num_host_transfers > 1`,
+    then a replica axis (this process's replicas) when the program is
+    replicated, then the stream's shape. The program itself takes every
+    stream as `(local replicas, transfers, *shape)`: "replica-major".
+    """
+
+    def __init__(self, num_host_transfers: int, replication_factor: int, local_replicas: int) -> None:
+        self.num_host_transfers = num_host_transfers
+        self.replication_factor = replication_factor
+        self.local_replicas = local_replicas
+
+    @classmethod
+    def of(cls, ir: Ir) -> HostLayout:
+        """The layout of `ir`'s streams in this process."""
+        return cls(ir.num_host_transfers, ir.replication_factor, ir.instance_replication_factor)
+
+    @property
+    def _transfers_axis(self) -> bool:
+        return self.num_host_transfers > 1
+
+    @property
+    def _replica_axis(self) -> bool:
+        return self.replication_factor > 1
+
+    def shape(self, stream_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The host shape of a stream of shape `stream_shape`."""
+        transfers = (self.num_host_transfers,) if self._transfers_axis else ()
+        replicas = (self.local_replicas,) if self._replica_axis else ()
+        return (*transfers, *replicas, *stream_shape)
+
+    def accepts(self, stream_shape: tuple[int, ...], data_shape: tuple[int, ...]) -> bool:
+        """Whether host data of `data_shape` can feed a stream (extra transfers are ignored, as in popxl)."""
+        want = self.shape(stream_shape)
+        if not self._transfers_axis:
+            return data_shape == want
+        return len(data_shape) == len(want) and data_shape[1:] == want[1:] and data_shape[0] >= want[0]
+
+    def to_replica_major(self, data: Array) -> Array:
+        """Host data (accepted for its stream) as the program takes it: `(local replicas, transfers, *shape)`."""
+        arr = data[: self.num_host_transfers] if self._transfers_axis else data[None]
+        arr = np.swapaxes(arr, 0, 1) if self._replica_axis else arr[None]
+        return np.ascontiguousarray(arr)
+
+    def from_replica_major(self, values: Array) -> Array:
+        """A program output `(local replicas, transfers, *shape)` in the host layout."""
+        arr = np.swapaxes(values, 0, 1) if self._replica_axis else values[0]
+        return np.array(arr if self._transfers_axis else arr[0], order="C")
+
+    def from_transfers_major(self, values: Array) -> Array:
+        """Data for every transfer and local replica, `(transfers, local replicas, *shape)`, in the host layout."""
+        arr = values if self._replica_axis else values[:, 0]
+        return np.ascontiguousarray(arr if self._transfers_axis else arr[0])
