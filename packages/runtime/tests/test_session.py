@@ -96,3 +96,18 @@ def test_devices_and_ipu_aliases() -> None:
     with popxl.Session(ir, "ipu_model") as s:
         out = s.run({h: np.ones((2, 3), np.float32)})[d]
     np.testing.assert_allclose(out, 2)
+
+
+@pytest.mark.parametrize(("nht", "replicas"), [(1, 1), (3, 1), (1, 2), (3, 2)])
+def test_host_layout_round_trips_popxl_layout(nht: int, replicas: int) -> None:
+    layout = popxl.HostLayout(nht, replicas, replicas)
+    data = np.arange(nht * replicas * 4, dtype=np.float32).reshape(nht, replicas, 4)
+    host = layout.from_transfers_major(data)
+    # popxl's layout: a transfers axis only when there are several, a replica axis only when replicated.
+    expected = data if replicas > 1 else data[:, 0]
+    expected = expected if nht > 1 else expected[0]
+    np.testing.assert_array_equal(host, expected)
+    assert host.shape == layout.shape((4,)) and layout.accepts((4,), host.shape)
+    program = layout.to_replica_major(host)
+    np.testing.assert_array_equal(program, np.swapaxes(data, 0, 1))
+    np.testing.assert_array_equal(layout.from_replica_major(program), host)

@@ -1,0 +1,226 @@
+"""Holding an op kind to its registry declaration, for the registry sweep tests of popxl and its extensions.
+
+`check_op(opdef, example)` checks one application of an op kind:
+
+- its shape rule leaves its attrs alone and agrees with `jax.eval_shape` of
+  its lowering;
+- its lowering writes exactly the resources it declares, reads no others, and
+  returns one value per output and per modified input no output carries;
+- its outputs, and the gradients its gradient rule builds through popxl's
+  autodiff, agree with `jax.vjp` of the same maths written directly (the
+  example's `reference`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from popxl import dtypes
+from popxl.graph import Graph, graph_input, graph_output
+from popxl.ir import Ir
+from popxl.lowering.interpreter import CheckSites, LoweringContext
+from popxl.lowering.replicas import ReplicaMesh
+from popxl.lowering.world import CheckState, HostOutput, World
+from popxl.op import CHECK_RESULT, Op, OpDef, Resource, add_op, graph_reads, graph_writes
+from popxl.remote_buffer import RemoteBuffer
+from popxl.streams import DeviceToHostStream, HostToDeviceStream
+from popxl.transforms.autodiff import AutodiffError, ExpectedConnectionType, autodiff
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass
+class OpExample:
+    """One application of an op kind: input values, attrs, and the same maths written directly in JAX.
+
+    With `replicas > 1` every input has a leading replica axis, and `reference`
+    maps the inputs of all replicas to the outputs of all replicas. `host_inputs`
+    gives the data of host-to-device streams by stream id. `rtol`/`atol` bound
+    the difference from the reference.
+    """
+
+    inputs: Sequence[Array]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    reference: Callable[..., Sequence[jax.Array]] | None = None
+    replicas: int = 1
+    host_inputs: Mapping[str, Array] = field(default_factory=dict)
+    rtol: float = 1e-5
+    atol: float = 1e-5
+
+
+ExampleFactory = Callable[[Ir], OpExample]
+
+
+def _initial(resource: Resource, num_host_transfers: int) -> Any:
+    if isinstance(resource, RemoteBuffer):
+        rng = np.random.default_rng(resource.remote_buffer_id)
+        shape = (resource.entries, *resource.tensor_shape)
+        return jnp.asarray(rng.normal(size=shape).astype(resource.tensor_dtype.as_numpy()))
+    if isinstance(resource, HostToDeviceStream):
+        return jnp.int32(0)
+    if isinstance(resource, DeviceToHostStream):
+        return HostOutput(jnp.zeros((num_host_transfers, *resource.shape), resource.dtype.as_numpy()), jnp.int32(0))
+    return CheckState(jnp.int32(0), jnp.int32(0))
+
+
+def _world(graphs: Sequence[Graph]) -> World:
+    used = frozenset().union(*(graph_reads(g) | graph_writes(g) for g in graphs))
+    return World({r: _initial(r, 2) for r in used | {CHECK_RESULT}})
+
+
+def _build(opdef: OpDef, factory: ExampleFactory) -> tuple[Ir, Graph, Op, OpExample]:
+    ir = Ir(replication=2)
+    with ir.main_graph:
+        example = factory(ir)
+    graph = ir.create_empty_graph(f"sweep_{opdef.name}")
+    with graph:
+        xs = [
+            graph_input(np.shape(v), dtypes.as_dtype(np.asarray(v)), f"x{i}")
+            for i, v in enumerate(_per_replica(example))
+        ]
+        op = add_op(opdef, xs, example.attrs)
+        for t in op.outputs:
+            graph_output(t)
+    return ir, graph, op, example
+
+
+def _per_replica(example: OpExample) -> list[Array]:
+    return [np.asarray(v)[0] if example.replicas > 1 else np.asarray(v) for v in example.inputs]
+
+
+def _mapped(fn: Callable[..., Any], op: Op, replicas: int) -> Callable[..., Any]:
+    if replicas == 1:
+        return fn
+    mesh = ReplicaMesh(replicas, op.groupings)
+    if len(mesh.axis_names) != 1:
+        raise ValueError("Sweep examples with replicas use groupings of all replicas")
+    return jax.vmap(fn, axis_name=mesh.axis_names[0])
+
+
+def _context(graphs: Sequence[Graph], op: Op, example: OpExample) -> LoweringContext:
+    mesh = ReplicaMesh(example.replicas, op.groupings)
+    host_inputs = {k: jnp.asarray(v) for k, v in example.host_inputs.items()}
+    return LoweringContext(_world(graphs), host_inputs, mesh, CheckSites())
+
+
+def check_shape_rule(opdef: OpDef, factory: ExampleFactory) -> None:
+    """The shape rule is pure and agrees with `jax.eval_shape` of the lowering; declared writes are made."""
+    _, graph, op, example = _build(opdef, factory)
+    specs = [t.spec for t in op.inputs]
+    given = dict(example.attrs)
+    snapshot = {k: list(v) if isinstance(v, list) else v for k, v in given.items()}
+    normal, out_specs = opdef.signature(specs, MappingProxyType(given))
+    assert given == snapshot, f"{opdef.name}: the shape rule changed its attrs"
+    contexts: list[LoweringContext] = []
+
+    def lower(*values: jax.Array) -> Sequence[jax.Array]:
+        ctx = _context([graph], op, example)
+        contexts.append(ctx)
+        return opdef.lower(ctx, normal, *values)
+
+    lowered = jax.eval_shape(_mapped(lower, op, example.replicas), *(np.asarray(v) for v in example.inputs))
+    unaliased = [i for i, o in op.modifies.items() if o is None]
+    assert len(lowered) == len(out_specs) + len(unaliased), (
+        f"{opdef.name}: the lowering returned {len(lowered)} values for {len(out_specs)} outputs "
+        f"and {len(unaliased)} modified inputs"
+    )
+    lead = (example.replicas,) if example.replicas > 1 else ()
+    for k, (spec, got) in enumerate(zip(out_specs, lowered)):
+        want = ((*lead, *spec.shape), spec.dtype.as_numpy())
+        assert (tuple(got.shape), got.dtype) == want, f"{opdef.name} output {k}: declared {want}, lowered {got}"
+    (ctx,) = contexts
+    assert ctx.world.written == set(op.writes), (
+        f"{opdef.name}: declares writes {set(op.writes)} but its lowering wrote {ctx.world.written}"
+    )
+
+
+def check_values(opdef: OpDef, factory: ExampleFactory) -> None:
+    """The lowering's outputs equal the reference's."""
+    _, graph, op, example = _build(opdef, factory)
+    if example.reference is None:
+        return
+
+    def lower(*values: jax.Array) -> Sequence[jax.Array]:
+        ctx = _context([graph], op, example)
+        return opdef.lower(ctx, op.attrs, *values)[: len(op.outputs)]
+
+    got = _mapped(lower, op, example.replicas)(*(jnp.asarray(v) for v in example.inputs))
+    want = example.reference(*(jnp.asarray(v) for v in example.inputs))
+    assert len(got) == len(want), f"{opdef.name}: {len(got)} outputs, the reference gives {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(
+            np.asarray(g, np.float64),
+            np.asarray(w, np.float64),
+            rtol=example.rtol,
+            atol=example.atol,
+            err_msg=f"{opdef.name} output {k}",
+        )
+
+
+def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None:
+    """The gradients built by the op's gradient rule equal `jax.vjp` of the reference."""
+    _, graph, op, example = _build(opdef, factory)
+    assert example.reference is not None, f"{opdef.name}: a differentiable op kind's example needs a reference"
+    provided = [t for t in graph.outputs if t.dtype.is_floating_point]
+    float_outputs = [k for k, t in enumerate(graph.outputs) if t.dtype.is_floating_point]
+    floats = [i for i, t in enumerate(graph.inputs) if t.dtype.is_floating_point]
+    inputs = [jnp.asarray(v) for v in example.inputs]
+
+    def reference(*diff: jax.Array) -> list[jax.Array]:
+        full = list(inputs)
+        for i, v in zip(floats, diff):
+            full[i] = v
+        assert example.reference is not None
+        outs = example.reference(*full)
+        return [outs[k] for k in float_outputs]
+
+    rng = np.random.default_rng(seed)
+    lead = (example.replicas,) if example.replicas > 1 else ()
+    cotangents = [rng.normal(size=(*lead, *t.shape)).astype(t.dtype.as_numpy()) for t in provided]
+    _, pullback = jax.vjp(reference, *(inputs[i] for i in floats))
+    want = pullback([jnp.asarray(c) for c in cotangents])
+    try:
+        info = autodiff(graph, grads_provided=provided, grads_required=[graph.inputs[i] for i in floats])
+    except AutodiffError:
+        # No gradient reaches the inputs (a detached op): the reference's must be zero.
+        for k, w in enumerate(want):
+            assert not np.asarray(w).any(), f"{opdef.name}: no gradient for input {floats[k]}, the reference has one"
+        return
+
+    def gradients(inputs: Sequence[jax.Array], dys: Sequence[jax.Array]) -> list[jax.Array]:
+        ctx = _context([graph, info.graph], op, example)
+        outs, _ = ctx.run_graph(graph, list(inputs))
+        known = dict(zip(graph.inputs, inputs)) | dict(zip(graph.outputs, outs))
+        given = dict(zip(provided, dys))
+        feeds = [
+            given[ec.fwd_tensor] if ec.connection_type is ExpectedConnectionType.FwdGrad else known[ec.fwd_tensor]
+            for ec in info.expected_inputs
+        ]
+        grads, _ = ctx.run_graph(info.graph, feeds)
+        return grads
+
+    got = _mapped(gradients, op, example.replicas)(inputs, [jnp.asarray(c) for c in cotangents])
+    assert len(got) == len(want), f"{opdef.name}: {len(got)} gradients for {len(want)} inputs"
+    for k, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(
+            np.asarray(g, np.float64),
+            np.asarray(w, np.float64),
+            rtol=example.rtol,
+            atol=example.atol,
+            err_msg=f"{opdef.name}: gradient of input {floats[k]}",
+        )
+
+
+def check_op(opdef: OpDef, factory: ExampleFactory) -> None:
+    """Every registry check of one op kind on one example."""
+    check_shape_rule(opdef, factory)
+    check_values(opdef, factory)
+    if opdef.grad is not None:
+        check_gradient(opdef, factory)

@@ -1,0 +1,350 @@
+"""Every registered op kind held to its declaration: shape rule, writes, values and gradient.
+
+Each example's reference is the op's maths written directly with `jax.numpy`;
+an op kind registered without an example here fails `test_every_op_kind_has_an_example`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import popxl
+from popxl import ops
+from popxl.op import REGISTRY
+from popxl.test_util import OpExample, check_gradient, check_shape_rule, check_values
+
+Array = np.ndarray[Any, Any]
+Factory = Callable[[popxl.Ir], OpExample]
+RNG = np.random.default_rng(7)
+
+
+def f32(*shape: int, low: float | None = None) -> Array:
+    """Random float32 values, above `low` when given."""
+    x = RNG.normal(size=shape).astype(np.float32)
+    return (np.abs(x) + low).astype(np.float32) if low is not None else x
+
+
+def i32(*values: int) -> Array:
+    """An int32 vector."""
+    return np.asarray(values, np.int32)
+
+
+def seed() -> Array:
+    """A random seed tensor's value."""
+    return np.asarray([11, 23], np.uint32)
+
+
+def key(s: jax.Array) -> jax.Array:
+    """The JAX key of a popxl seed."""
+    return jax.random.wrap_key_data(s.astype(jnp.uint32), impl="threefry2x32")
+
+
+def unary(fn: Callable[[jax.Array], jax.Array], low: float | None = None) -> Factory:
+    """An elementwise unary op on a (3, 4) tensor."""
+    return lambda ir: OpExample([f32(3, 4, low=low)], reference=lambda x: [fn(x)])
+
+
+def binary(fn: Callable[[jax.Array, jax.Array], jax.Array], low: float | None = None) -> Factory:
+    """An elementwise binary op on (3, 4) and a broadcast (4,) tensor."""
+    return lambda ir: OpExample([f32(3, 4, low=low), f32(4, low=low)], reference=lambda a, b: [fn(a, b)])
+
+
+def compare(fn: Callable[[jax.Array, jax.Array], jax.Array]) -> Factory:
+    """A comparison of (3, 4) and (4,) tensors."""
+    return lambda ir: OpExample([f32(3, 4), f32(4)], reference=lambda a, b: [fn(a, b)])
+
+
+def logical(fn: Callable[[jax.Array, jax.Array], jax.Array]) -> Factory:
+    """A logical op on bool tensors."""
+    return lambda ir: OpExample([RNG.random((3, 4)) > 0.5, RNG.random(4) > 0.5], reference=lambda a, b: [fn(a, b)])
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """GELU, tanh approximation, written out."""
+    return 0.5 * x * (1 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def reduction(fn: Callable[..., jax.Array]) -> Factory:
+    """A reduction over axes 0 and 2 of a (3, 4, 5) tensor."""
+    attrs = {"axis": (0, -1), "keepdims": False}
+    return lambda ir: OpExample([f32(3, 4, 5)], attrs, reference=lambda x: [fn(x, axis=(0, 2))])
+
+
+def group_norm_ref(x: jax.Array, w: jax.Array, b: jax.Array) -> list[jax.Array]:
+    """Group norm of (2, 6, 3) over 3 groups of 2 channels, written out."""
+    g = x.reshape(2, 3, 6)
+    mean = g.mean(axis=-1, keepdims=True)
+    var = ((g - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((g - mean) / jnp.sqrt(var + 1e-5)).reshape(2, 6, 3)
+    return [y * w[None, :, None] + b[None, :, None]]
+
+
+def dynamic_update(inplace: bool) -> Factory:
+    """Rows 1..2 of a (6, 5) tensor replaced."""
+    return lambda ir: OpExample(
+        [f32(6, 5), f32(2, 5), i32(1)],
+        {"axes": [0], "sizes": [2]},
+        reference=lambda t, u, i: [jax.lax.dynamic_update_slice_in_dim(t, u, i[0], 0)],
+    )
+
+
+def stream_load(ir: popxl.Ir) -> OpExample:
+    """The first transfer of a host-to-device stream."""
+    stream = popxl.h2d_stream((3,), popxl.float32, "x")
+    data = f32(2, 3)
+    return OpExample(
+        [], {"stream": stream}, reference=lambda: [jnp.asarray(data[0])], host_inputs={stream.tensor_id: data}
+    )
+
+
+def stream_store(ir: popxl.Ir) -> OpExample:
+    """One transfer to a device-to-host stream."""
+    return OpExample([f32(3)], {"stream": popxl.d2h_stream((3,), popxl.float32, "y")}, reference=lambda x: [])
+
+
+def buffer_load(ir: popxl.Ir) -> OpExample:
+    """Entry 1 of a remote buffer."""
+    return OpExample([np.int32(1)], {"buffer": popxl.remote_buffer((3,), popxl.float32, 2)})
+
+
+def buffer_load_inplace(ir: popxl.Ir) -> OpExample:
+    """Entry 1 of a remote buffer, into a tensor."""
+    return OpExample([f32(3), np.int32(1)], {"buffer": popxl.remote_buffer((3,), popxl.float32, 2)})
+
+
+def buffer_store(ir: popxl.Ir) -> OpExample:
+    """A tensor into entry 0 of a remote buffer."""
+    return OpExample([np.int32(0), f32(3)], {"buffer": popxl.remote_buffer((3,), popxl.float32, 2)})
+
+
+def call(ir: popxl.Ir) -> OpExample:
+    """A call of x * y + sin(x)."""
+    spec = popxl.TensorSpec((3,), popxl.float32)
+    graph = ir.create_graph(lambda x, y: x * y + ops.sin(x), spec, spec)
+    return OpExample([f32(3), f32(3)], {"graph": graph, "modified": ()}, reference=lambda x, y: [x * y + jnp.sin(x)])
+
+
+def repeat(ir: popxl.Ir) -> OpExample:
+    """Three iterations of x <- tanh(x * w) + w."""
+    spec = popxl.TensorSpec((3,), popxl.float32)
+    graph = ir.create_graph(lambda x, w: ops.tanh(x * w) + w, spec, spec)
+
+    def reference(x: jax.Array, w: jax.Array) -> list[jax.Array]:
+        for _ in range(3):
+            x = jnp.tanh(x * w) + w
+        return [x]
+
+    return OpExample([f32(3), f32(3)], {"graph": graph, "count": 3}, reference=reference, rtol=1e-4)
+
+
+def vjp(ir: popxl.Ir) -> OpExample:
+    """The VJP of `mul` with respect to its first operand."""
+    spec = popxl.TensorSpec((3,), popxl.float32)
+    attrs = {
+        "fwd": "mul",
+        "fwd_attrs": {},
+        "in_specs": [spec, spec],
+        "out_specs": [spec],
+        "needs": (1,),
+        "wrt": (0,),
+        "grads_of": (0,),
+    }
+    return OpExample([f32(3), f32(3)], attrs, reference=lambda b, dy: [dy * b])
+
+
+def all_replicas(ir: popxl.Ir) -> popxl.ReplicaGrouping:
+    """The grouping of both replicas."""
+    return ir.replica_grouping()
+
+
+def shards(flat: jax.Array, size: int) -> jax.Array:
+    """Each replica's `size` elements of a padded flat vector, stacked."""
+    padded = jnp.pad(flat, (0, 2 * size - flat.shape[0]))
+    return jnp.stack([padded[:size], padded[size:]])
+
+
+def all_reduce(ir: popxl.Ir) -> OpExample:
+    """A sum over two replicas."""
+    attrs = {"op": "add", "group": all_replicas(ir)}
+    return OpExample([f32(2, 3)], attrs, reference=lambda x: [jnp.broadcast_to(x.sum(0), x.shape)], replicas=2)
+
+
+def sharded_slice(ir: popxl.Ir) -> OpExample:
+    """Each of two replicas' own shard of 5 elements."""
+    attrs = {"group": all_replicas(ir), "rts": True}
+    return OpExample(
+        [f32(2, 5)],
+        attrs,
+        reference=lambda x: [jnp.stack([shards(x[0], 3)[0], shards(x[1], 3)[1]])],
+        replicas=2,
+    )
+
+
+def reduce_scatter(ir: popxl.Ir) -> OpExample:
+    """The sum over two replicas, scattered in shards of 3."""
+    attrs = {"op": "add", "group": all_replicas(ir), "rts": False}
+    return OpExample([f32(2, 5)], attrs, reference=lambda x: [shards(x.sum(0), 3)], replicas=2)
+
+
+def all_gather(ir: popxl.Ir) -> OpExample:
+    """Both replicas' tensors, stacked on every replica."""
+    attrs = {"group": all_replicas(ir), "shape": None}
+    return OpExample([f32(2, 3)], attrs, reference=lambda x: [jnp.stack([x, x])], replicas=2)
+
+
+def softmax_ref(x: jax.Array) -> jax.Array:
+    """Softmax along the last axis, written out."""
+    e = jnp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+EXAMPLES: dict[str, Factory] = {
+    "negate": unary(lambda x: -x),
+    "exp": unary(jnp.exp),
+    "log": unary(jnp.log, low=0.5),
+    "sqrt": unary(jnp.sqrt, low=0.5),
+    "tanh": unary(jnp.tanh),
+    "sigmoid": unary(lambda x: 1 / (1 + jnp.exp(-x))),
+    "relu": unary(lambda x: jnp.where(x > 0, x, 0.0)),
+    "gelu": unary(gelu_tanh),
+    "abs": unary(jnp.abs),
+    "sin": unary(jnp.sin),
+    "cos": unary(jnp.cos),
+    "square": unary(lambda x: x * x),
+    "reciprocal": unary(lambda x: 1 / x, low=0.5),
+    "identity": unary(lambda x: x),
+    "io_tile_copy": unary(lambda x: x),
+    "detach": unary(jax.lax.stop_gradient),
+    "logical_not": lambda ir: OpExample([RNG.random((3, 4)) > 0.5], reference=lambda x: [~x]),
+    "add": binary(lambda a, b: a + b),
+    "sub": binary(lambda a, b: a - b),
+    "mul": binary(lambda a, b: a * b),
+    "div": binary(lambda a, b: a / b, low=0.5),
+    "pow": binary(lambda a, b: jnp.exp(b * jnp.log(a)), low=0.5),
+    "maximum": binary(lambda a, b: jnp.where(a > b, a, b)),
+    "minimum": binary(lambda a, b: jnp.where(a < b, a, b)),
+    "fmod": binary(lambda a, b: a - b * jnp.trunc(a / b), low=0.5),
+    "equal": lambda ir: OpExample([i32(1, 2, 3), i32(1, 0, 3)], reference=lambda a, b: [a == b]),
+    "greater": compare(lambda a, b: a > b),
+    "less": compare(lambda a, b: a < b),
+    "logical_and": logical(lambda a, b: a & b),
+    "logical_or": logical(lambda a, b: a | b),
+    "add_": lambda ir: OpExample([f32(3, 4), f32(4)], reference=lambda a, b: [a + b]),
+    "cast": lambda ir: OpExample(
+        [f32(3, 4)], {"dtype": popxl.float16}, reference=lambda x: [x.astype(jnp.float16)], rtol=1e-3, atol=1e-3
+    ),
+    "where": lambda ir: OpExample(
+        [RNG.random((3, 4)) > 0.5, f32(3, 4), f32(4)], reference=lambda c, a, b: [jnp.where(c, a, b)]
+    ),
+    "matmul": lambda ir: OpExample([f32(2, 3, 4), f32(4, 5)], reference=lambda a, b: [jnp.einsum("bij,jk->bik", a, b)]),
+    "reshape": lambda ir: OpExample([f32(3, 4)], {"shape": (2, -1)}, reference=lambda x: [x.reshape(2, 6)]),
+    "transpose": lambda ir: OpExample(
+        [f32(2, 3, 4)], {"permutation": None}, reference=lambda x: [jnp.einsum("ijk->kji", x)]
+    ),
+    "slice": lambda ir: OpExample(
+        [f32(5, 6)], {"slices": ((1, None, None), (None, None, -2))}, reference=lambda x: [x[1:, ::-2]]
+    ),
+    "concat": lambda ir: OpExample(
+        [f32(2, 3), f32(2, 1)], {"axis": -1}, reference=lambda a, b: [jnp.concatenate([a, b], axis=1)]
+    ),
+    "expand": lambda ir: OpExample(
+        [f32(3, 1)], {"shape": (2, 3, 4)}, reference=lambda x: [x[None] * jnp.ones((2, 3, 4), jnp.float32)]
+    ),
+    "gather": lambda ir: OpExample(
+        [f32(5, 3), i32(0, 4, 7, -1, 2)],
+        {"axis": 0, "zero_OOR": True},
+        reference=lambda t, i: [jnp.stack([t[0], t[4], jnp.zeros(3), jnp.zeros(3), t[2]])],
+    ),
+    "dynamic_slice": lambda ir: OpExample(
+        [f32(6, 5), i32(2)], {"axes": [0], "sizes": [3]}, reference=lambda t, i: [t[2:5]]
+    ),
+    "dynamic_update": dynamic_update(False),
+    "dynamic_update_": dynamic_update(True),
+    "onehot": lambda ir: OpExample(
+        [i32(0, 3, 1), f32(2)],
+        {"num_classes": 4, "axis": -1},
+        reference=lambda t, v: [jnp.where(jnp.arange(4)[None] == t[:, None], v[1], v[0])],
+    ),
+    "argmax": lambda ir: OpExample(
+        [f32(4, 5)], {"dim": -1, "keepdim": False}, reference=lambda x: [jnp.argmax(x, axis=1).astype(jnp.int32)]
+    ),
+    "argmin": lambda ir: OpExample(
+        [f32(4, 5)], {"dim": 0, "keepdim": True}, reference=lambda x: [jnp.argmin(x, axis=0)[None].astype(jnp.int32)]
+    ),
+    "reduce_sum": reduction(jnp.sum),
+    "reduce_mean": reduction(jnp.mean),
+    "reduce_max": reduction(jnp.max),
+    "reduce_min": reduction(jnp.min),
+    "softmax": lambda ir: OpExample([f32(3, 4)], {"axis": -1}, reference=lambda x: [softmax_ref(x)]),
+    "group_norm": lambda ir: OpExample(
+        [f32(2, 6, 3), f32(6), f32(6)], {"num_groups": 3, "eps": 1e-5}, reference=group_norm_ref, rtol=1e-4, atol=1e-4
+    ),
+    "var_update": lambda ir: OpExample(
+        [f32(3), f32(3), np.float32(0.5)], {"kind": "accumulate"}, reference=lambda t, x, f: [t + f * x]
+    ),
+    "init": lambda ir: OpExample(
+        [],
+        {"shape": (2, 3), "dtype": popxl.float32, "meta_shape": ()},
+        reference=lambda: [jnp.zeros((2, 3), jnp.float32)],
+    ),
+    "split_random_seed": lambda ir: OpExample(
+        [seed()], {"count": 3}, reference=lambda s: list(jax.random.key_data(jax.random.split(key(s), 3)))
+    ),
+    "random_uniform": lambda ir: OpExample(
+        [seed()],
+        {"shape": (3, 4), "low": -1.0, "high": 2.0, "dtype": popxl.float32},
+        reference=lambda s: [jax.random.uniform(key(s), (3, 4), jnp.float32, -1.0, 2.0)],
+    ),
+    "random_normal": lambda ir: OpExample(
+        [seed()],
+        {"shape": (3, 4), "mean": 1.0, "std": 2.0, "dtype": popxl.float32},
+        reference=lambda s: [jax.random.normal(key(s), (3, 4), jnp.float32) * 2.0 + 1.0],
+    ),
+    "dropout": lambda ir: OpExample(
+        [f32(3, 4), seed()],
+        {"p": 0.25},
+        reference=lambda x, s: [jnp.where(jax.random.bernoulli(key(s), 0.75, (3, 4)), x / 0.75, 0.0)],
+    ),
+    "host_load": stream_load,
+    "host_store": stream_store,
+    "remote_load": buffer_load,
+    "remote_load_": buffer_load_inplace,
+    "remote_store": buffer_store,
+    "call": call,
+    "repeat": repeat,
+    "vjp": vjp,
+    "replicated_all_reduce": all_reduce,
+    "replicated_all_reduce_": all_reduce,
+    "replica_sharded_slice": sharded_slice,
+    "replicated_reduce_scatter": reduce_scatter,
+    "replicated_all_gather": all_gather,
+}
+
+
+def test_every_op_kind_has_an_example() -> None:
+    # Extensions (registered from other packages) hold their own op kinds to the same checks.
+    runtime = {name for name, opdef in REGISTRY.items() if opdef.lower.__module__.startswith("popxl.")}
+    assert sorted(runtime - set(EXAMPLES)) == [], "registered op kinds without a sweep example"
+    assert sorted(set(EXAMPLES) - runtime) == [], "sweep examples of op kinds that are not registered"
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_shape_rule_and_writes(name: str) -> None:
+    check_shape_rule(REGISTRY[name], EXAMPLES[name])
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_values(name: str) -> None:
+    check_values(REGISTRY[name], EXAMPLES[name])
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].grad is not None))
+def test_gradient(name: str) -> None:
+    check_gradient(REGISTRY[name], EXAMPLES[name])
