@@ -60,7 +60,7 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Every benchmark; figures go to benchmarks/results/."""
+    """Every benchmark; figures go to the untracked out/bench/."""
     _install(session, "harness")
-    for script in ["compile_scaling", "replication", "batch_serialisation"]:
+    for script in ["build_scaling", "compile_scaling", "replication", "batch_serialisation"]:
         session.run("python", f"benchmarks/{script}.py", *session.posargs)

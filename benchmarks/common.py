@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+# Figures of a run go to the untracked out/bench/; benchmarks/results/ holds figures committed deliberately.
+RESULTS = Path(__file__).resolve().parent.parent / "out" / "bench"
 
 
 def interleaved(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int = 2) -> dict[str, float]:
@@ -34,8 +35,8 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def save(name: str, figures: dict[str, Any]) -> Path:
-    """Write `figures` to benchmarks/results/<name>.json."""
-    RESULTS.mkdir(exist_ok=True)
+    """Write `figures` to out/bench/<name>.json."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(figures, indent=2))
     return path

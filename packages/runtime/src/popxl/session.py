@@ -40,7 +40,8 @@ class Session:
         self.weights_to_host_on_exit = weights_to_host_on_exit
         self._program = Program(ir, device_desc, checks, replica_mode, donate_state)
         ir._session_created = True
-        self._host: dict[Variable, Array] = {v: v.host_data.copy() for v in self._program.variables}
+        # Host values are replaced, never written in place, so they start as the variables' own data.
+        self._host: dict[Variable, Array] = {v: v.host_data for v in self._program.variables}
         self._state: Any = None
         self._attached = 0
         self._host_stale = False
