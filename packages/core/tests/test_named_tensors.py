@@ -52,3 +52,20 @@ def test_named_tensors_sort_remap_and_mapping() -> None:
         named.remap({a: c})
     other = NamedTensors.from_dict({"first": c, "unrelated": b})
     assert named.to_mapping(other) == {a: c}
+
+
+def test_init_zero_gives_named_zero_tensors_of_each_spec() -> None:
+    from popxl_addons.core import NamedVariableFactories, VariableFactory
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        factories = NamedVariableFactories()
+        factories.insert("a.w", VariableFactory(lambda: np.ones((2, 3), np.float32), popxl.float32, "w"))
+        factories.insert("b", VariableFactory(lambda: np.ones(4, np.float32), popxl.float32, "b"))
+        zeros = factories.init_zero()
+        assert isinstance(zeros, NamedTensors)
+        d = popxl.d2h_stream((2, 3), popxl.float32, "w")
+        popxl.ops.host_store(d, zeros.a.w)
+    assert zeros.b.shape == (4,)
+    with popxl.Session(ir, "cpu") as session:
+        np.testing.assert_array_equal(session.run()[d], np.zeros((2, 3), np.float32))

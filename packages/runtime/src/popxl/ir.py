@@ -45,6 +45,11 @@ class Ir:
         self.replication_factor = 1 if replication == "popdist" else int(replication)
 
     @property
+    def session_options(self) -> SessionOptions:
+        """The program options popxl code reaches through `ir._pb_ir.getSessionOptions()`."""
+        return self._pb_ir.getSessionOptions()
+
+    @property
     def replication_factor(self) -> int:
         """Number of replicas of the program."""
         return self._replication_factor

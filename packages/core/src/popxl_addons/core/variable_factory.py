@@ -91,11 +91,16 @@ class NamedVariableFactories(DotTree[VariableFactory]):
 
     def init_zero(self) -> NamedTensors:
         """Zero-initialised tensors of the current graph with each factory's spec."""
-        return self.map(lambda f: ops.init(f.shape, f.dtype, f.name, "zero", f.meta_shape))  # type: ignore[no-any-return]
+        return self._init("zero")
 
     def init_undef(self) -> NamedTensors:
         """Uninitialised tensors of the current graph with each factory's spec."""
-        return self.map(lambda f: ops.init(f.shape, f.dtype, f.name, "undef", f.meta_shape))  # type: ignore[no-any-return]
+        return self._init("undef")
+
+    def _init(self, init_type: str) -> NamedTensors:
+        return NamedTensors.from_dict(
+            {k: ops.init(f.shape, f.dtype, f.name, init_type, f.meta_shape) for k, f in self.to_dict().items()}
+        )
 
 
 def add_variable_input(

@@ -41,7 +41,7 @@ class Program:
 
 def _ir(variant: Variant) -> popxl.Ir:
     ir = popxl.Ir(replication=variant.layout.replication)
-    ir._pb_ir.getSessionOptions().numIOTiles = IO_TILES
+    ir.session_options.numIOTiles = IO_TILES
     return ir
 
 

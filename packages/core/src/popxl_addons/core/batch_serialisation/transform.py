@@ -27,7 +27,7 @@ def _check_arguments(graph: GraphWithNamedArgs, steps: int, rows: int, io_mode: 
     if io_mode == "io_overlapped" and steps < 2:
         logger.warning("io_mode 'io_overlapped' needs at least 2 steps (got %d): using 'io'", steps)
         io_mode = "io"
-    if io_mode != "compute" and graph.graph.ir._pb_ir.getSessionOptions().numIOTiles < 1:
+    if io_mode != "compute" and graph.graph.ir.session_options.numIOTiles < 1:
         raise ValueError(
             f"IR must have IO tiles for io_mode {io_mode!r}: set "
             "ir._pb_ir.getSessionOptions().numIOTiles, or use io_mode='compute'"
