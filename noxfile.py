@@ -27,10 +27,14 @@ def _install(session: nox.Session, package: str) -> None:
 @nox.session
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests."""
+    """Run one package's tests, with remote buffers in host memory (the default) and again in device memory."""
     _install(session, package)
     session.install(*TEST_DEPS)
     session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
+    # The harness checks both placements in every variant already.
+    if package != "harness":
+        env = {"POPXL_REMOTE_MEMORY": "device"}
+        session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs, env=env)
 
 
 @nox.session

@@ -24,13 +24,16 @@ def test_builtin_matrix_is_large_and_ids_are_readable() -> None:
     assert len(variants) >= 150
     ids = [v.id for v in variants]
     assert len(set(ids)) == len(ids)
-    assert "ffn_tp[io_overlapped-steps4-rows1-tp4xdp2]" in ids
-    assert "scale[io-steps4-rows2-store_callable-load_buffer]" in ids
+    assert "ffn_tp[io_overlapped-steps4-rows1-tp4xdp2-host]" in ids
+    assert "ffn_tp[io_overlapped-steps4-rows1-tp4xdp2-device]" in ids
+    assert "scale[io-steps4-rows2-store_callable-load_buffer-host]" in ids
 
 
 def test_case_validation() -> None:
     with pytest.raises(ValueError, match="unknown io_mode"):
         Case("bad", lambda layout: Scale(), (2,), io_modes=("fast",))
+    with pytest.raises(ValueError, match="unknown remote memory"):
+        Case("bad", lambda layout: Scale(), (2,), remote_memories=("hbm",))
     with pytest.raises(ValueError, match="unknown store kind"):
         Case("bad", lambda layout: Scale(), (2,), stores=("disk",))
     with pytest.raises(ValueError, match="forward-only"):
@@ -105,10 +108,15 @@ def test_cli_reports_and_plots(tmp_path: Path) -> None:
     )
     assert code == 0
     records = json.loads(out_json.read_text())["cases"]
-    assert len(records) == 3 and all(r["passed"] for r in records)
-    assert {r["io_mode"] for r in records} == {"compute", "io", "io_overlapped"}
-    assert all(r["temp_kib_serialised"] >= 0 and r["ms_serialised"] > 0 for r in records)
-    assert "3/3 passed" in out_html.read_text()
+    assert len(records) == 6 and all(r["passed"] for r in records)
+    assert {(r["io_mode"], r["remote_memory"]) for r in records} == {
+        (mode, memory) for mode in ("compute", "io", "io_overlapped") for memory in ("host", "device")
+    }
+    assert all(r["device_kib_serialised"] >= 0 and r["ms_serialised"] > 0 for r in records)
+    # Stored outputs live in the remote buffer: in host memory with host placement, on the device otherwise.
+    for r in records:
+        assert (r["host_kib_serialised"] > 0) == (r["remote_memory"] == "host")
+    assert "6/6 passed" in out_html.read_text()
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -134,5 +142,5 @@ def test_cli_checks_a_user_module_and_fails_on_mismatch(monkeypatch: pytest.Monk
 
 def test_measurements_are_recorded() -> None:
     outcome = check(SCALE.variants()[0], measure=True)
-    assert outcome.passed and outcome.temp_bytes["serialised"] >= 0
+    assert outcome.passed and outcome.memory["serialised"]["device_bytes"] > 0
     assert np.isfinite(outcome.seconds["normal"]) and np.isfinite(outcome.seconds["serialised"])

@@ -10,6 +10,7 @@ import numpy as np
 from popxl import dtypes
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
+from popxl.lowering.memory import memory_figures
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -25,6 +26,10 @@ class Session:
     checks and (unless `donate_state=False`) lets XLA update written state in
     place; `replica_mode` picks one device per replica ("devices"), a one-device
     simulation ("simulate") or the former when enough devices exist ("auto").
+    `remote_memory` puts remote buffers and remote variables in the devices'
+    pinned host memory ("host", as an IPU keeps them off-chip) or in device
+    memory ("device"); None picks the environment variable POPXL_REMOTE_MEMORY
+    if set, else "host" wherever the device has such memory.
     """
 
     def __init__(
@@ -35,10 +40,11 @@ class Session:
         checks: bool = True,
         replica_mode: str = "auto",
         donate_state: bool | None = None,
+        remote_memory: str | None = None,
     ) -> None:
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
-        self._program = Program(ir, device_desc, checks, replica_mode, donate_state)
+        self._program = Program(ir, device_desc, checks, replica_mode, donate_state, remote_memory)
         ir._session_created = True
         # Host values are replaced, never written in place, so they start as the variables' own data.
         self._host: dict[Variable, Array] = {v: v.host_data for v in self._program.variables}
@@ -50,6 +56,11 @@ class Session:
     def is_attached(self) -> bool:
         """Whether the session holds device state."""
         return self._attached > 0
+
+    @property
+    def remote_memory(self) -> str:
+        """Where remote buffers and remote variables live: 'host' (pinned host memory) or 'device'."""
+        return self._program.remote_memory
 
     @property
     def replica_mode(self) -> str:
@@ -163,17 +174,17 @@ class Session:
         return layout.to_replica_major(arr)
 
     def memory_analysis(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[str, int]:
-        """XLA's memory figures (bytes) for the compiled program: temp, argument, output, aliased and code size."""
+        """Memory figures of the compiled program, in bytes per device.
+
+        `device_bytes` and `host_bytes` are what the program holds in device and
+        in host memory while it runs: its arguments and outputs in that memory,
+        less the arguments it updates in place, plus XLA's temporaries there.
+        XLA's own figures follow: `temp`, `host_temp`, `argument`, `output`,
+        `alias` and `code`.
+        """
         self._require_attached("memory_analysis")
         compiled = self._program.compiled(self._state, self._validated_inputs(dict(inputs or {})))
-        stats = compiled.memory_analysis()
-        return {
-            "temp": int(stats.temp_size_in_bytes),
-            "argument": int(stats.argument_size_in_bytes),
-            "output": int(stats.output_size_in_bytes),
-            "alias": int(stats.alias_size_in_bytes),
-            "code": int(stats.generated_code_size_in_bytes),
-        }
+        return memory_figures(compiled)
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the host value of `tensor` (and the device value when attached)."""

@@ -11,6 +11,8 @@ from popxl_addons.core import IO_MODES, Module
 # Where the serialised graph stores its output: a remote buffer with each row-offset kind, or a host stream.
 STORES = ("zero", "int", "none", "callable", "stream")
 LOADS = ("stream", "buffer")
+# Where remote buffers live while the programs run (`Session(remote_memory=...)`).
+REMOTE_MEMORIES = ("host", "device")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Case:
     gradients and accumulated weight gradients are compared. `chain` > 1
     chains that many forward graphs through one buffer. `shard_activation`
     stores the first activation sharded across each tensor-parallel group.
+    `remote_memories` lists the placements of remote buffers to check.
     """
 
     name: str
@@ -53,6 +56,7 @@ class Case:
     stores: tuple[str, ...] = ("zero",)
     loads: tuple[str, ...] = ("stream",)
     layouts: tuple[Layout, ...] = (Layout(),)
+    remote_memories: tuple[str, ...] = REMOTE_MEMORIES
     chain: int = 1
     shard_activation: bool = False
     rtol: float = 1e-5
@@ -69,15 +73,18 @@ class Case:
         for load in self.loads:
             if load not in LOADS:
                 raise ValueError(f"Case {self.name!r}: unknown load kind {load!r}, expected one of {LOADS}")
+        for memory in self.remote_memories:
+            if memory not in REMOTE_MEMORIES:
+                raise ValueError(
+                    f"Case {self.name!r}: unknown remote memory {memory!r}, expected one of {REMOTE_MEMORIES}"
+                )
         if self.grad and self.chain > 1:
             raise ValueError(f"Case {self.name!r}: chains are forward-only")
 
     def variants(self) -> list[Variant]:
         """Every combination of the case's settings."""
-        return [
-            Variant(self, *combo)
-            for combo in itertools.product(self.io_modes, self.steps, self.rows, self.stores, self.loads, self.layouts)
-        ]
+        settings = (self.io_modes, self.steps, self.rows, self.stores, self.loads, self.layouts, self.remote_memories)
+        return [Variant(self, *combo) for combo in itertools.product(*settings)]
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,11 @@ class Variant:
     store: str
     load: str
     layout: Layout = field(default_factory=Layout)
+    remote_memory: str = "host"
 
     @property
     def label(self) -> str:
-        """The settings, such as `io_overlapped-steps4-rows2-tp4xdp2`."""
+        """The settings, such as `io_overlapped-steps4-rows2-tp4xdp2-host`."""
         parts = [self.io_mode, f"steps{self.steps}", f"rows{self.rows}"]
         if len(self.case.stores) > 1:
             parts.append(f"store_{self.store}")
@@ -102,6 +110,8 @@ class Variant:
             parts.append(f"load_{self.load}")
         if self.layout.replication > 1 or len(self.case.layouts) > 1:
             parts.append(self.layout.label)
+        if len(self.case.remote_memories) > 1:
+            parts.append(self.remote_memory)
         return "-".join(parts)
 
     @property

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from popxl_addons.core import IO_MODES
 from popxl_addons.harness.builtin import BUILTIN_CASES
-from popxl_addons.harness.cases import Case, Variant
+from popxl_addons.harness.cases import REMOTE_MEMORIES, Case, Variant
 from popxl_addons.harness.equivalence import Outcome, TensorReport, check
 
 
@@ -42,6 +42,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_ints, help="step counts, e.g. 1,2,4")
     p.add_argument("--rows", type=_ints, help="row counts, e.g. 1,2")
     p.add_argument("--io-modes", type=lambda s: tuple(s.split(",")), help=f"subset of {','.join(IO_MODES)}")
+    p.add_argument(
+        "--remote-memories",
+        type=lambda s: tuple(s.split(",")),
+        help=f"where remote buffers live, a subset of {','.join(REMOTE_MEMORIES)} (default: both)",
+    )
     p.add_argument("--cases", type=lambda s: tuple(s.split(",")), help="built-in case names to run")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     p.add_argument("--no-measure", action="store_true", help="skip timing and XLA memory figures")
@@ -66,7 +71,7 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
             known = ", ".join(c.name for c in BUILTIN_CASES)
             raise SystemExit(f"unknown case in {args.cases}; built-in cases: {known}")
     changes: dict[str, Any] = {}
-    for key in ("steps", "rows", "io_modes"):
+    for key in ("steps", "rows", "io_modes", "remote_memories"):
         if getattr(args, key):
             changes[key] = getattr(args, key)
     return [replace(c, **changes) for c in cases]
@@ -75,7 +80,7 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
 def _check_in_worker(argv: Sequence[str], index: int, measure: bool) -> tuple[int, Any, Any, Any, Any]:
     variants = [v for c in select_cases(parser().parse_args(argv)) for v in c.variants()]
     o = check(variants[index], measure)
-    return index, [t.__dict__ for t in o.tensors], o.temp_bytes, o.seconds, o.error
+    return index, [t.__dict__ for t in o.tensors], o.memory, o.seconds, o.error
 
 
 def run_all(argv: Sequence[str], variants: list[Variant], jobs: int, measure: bool, console: Console) -> list[Outcome]:
@@ -94,8 +99,8 @@ def run_all(argv: Sequence[str], variants: list[Variant], jobs: int, measure: bo
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [pool.submit(_check_in_worker, list(argv), i, measure) for i in range(len(variants))]
                 for future in as_completed(futures):
-                    i, tensors, temp, seconds, error = future.result()
-                    outcome = Outcome(variants[i], [TensorReport(**t) for t in tensors], temp, seconds, error)
+                    i, tensors, memory, seconds, error = future.result()
+                    outcome = Outcome(variants[i], [TensorReport(**t) for t in tensors], memory, seconds, error)
                     outcomes[i] = outcome
                     progress.update(task, description=variants[i].id)
                     progress.advance(task)
@@ -112,7 +117,7 @@ def write_plot(cases: list[Case], path: str) -> None:
     steps = max(case.steps)
     schedules = {}
     for mode in case.io_modes:
-        variant = Variant(case, mode, steps, 1, case.stores[0], case.loads[0], case.layouts[0])
+        variant = Variant(case, mode, steps, 1, case.stores[0], case.loads[0], case.layouts[0], case.remote_memories[0])
         program = serialised_program(variant)
         assert program.serialised is not None and program.compute is not None
         schedules[mode] = schedule(program.serialised, program.compute)

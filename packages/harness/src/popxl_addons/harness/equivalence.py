@@ -46,7 +46,7 @@ class Outcome:
 
     variant: Variant
     tensors: list[TensorReport] = field(default_factory=list)
-    temp_bytes: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
@@ -84,8 +84,10 @@ def compare(name: str, actual: Array, expected: Array, rtol: float, atol: float)
     return TensorReport(name, float(diff.max()), float(rel.max()), tuple(int(i) for i in worst), ok)
 
 
-def _run(program: Program, data: dict[str, Array], seed: int, measure: bool) -> tuple[dict[str, Array], float, int]:
-    session = popxl.Session(program.ir, "cpu")
+def _run(
+    program: Program, data: dict[str, Array], seed: int, measure: bool, remote_memory: str
+) -> tuple[dict[str, Array], float, dict[str, int]]:
+    session = popxl.Session(program.ir, "cpu", remote_memory=remote_memory)
     rng = np.random.default_rng(seed)
     variables = [v for v in program.weights.tensors if isinstance(v, popxl.Variable)]
     weights = {v: rng.normal(0, 0.5, size=v.shape_on_host).astype(v.dtype.as_numpy()) for v in variables}
@@ -95,13 +97,14 @@ def _run(program: Program, data: dict[str, Array], seed: int, measure: bool) -> 
         out = session.run(feeds)
         results = {name: out[stream] for name, stream in program.outputs.items()}
         results.update({f"accum.{k}": session.get_tensor_data(t) for k, t in program.results.to_dict().items()})
-        seconds, temp = float("nan"), -1
+        seconds, memory = float("nan"), {}
         if measure:
             start = time.perf_counter()
             session.run(feeds)
             seconds = time.perf_counter() - start
-            temp = session.memory_analysis(feeds)["temp"]
-    return results, seconds, temp
+            figures = session.memory_analysis(feeds)
+            memory = {k: figures[k] for k in ("device_bytes", "host_bytes", "temp")}
+    return results, seconds, memory
 
 
 def _expected_order(variant: Variant) -> list[int]:
@@ -121,13 +124,14 @@ def check(variant: Variant, measure: bool = False) -> Outcome:
     try:
         normal, serial = normal_program(variant), serialised_program(variant)
         data = host_data(variant, normal, np.random.default_rng(variant.case.seed))
-        expected, t_normal, m_normal = _run(normal, data, variant.case.seed, measure)
-        actual, t_serial, m_serial = _run(serial, data, variant.case.seed, measure)
+        memory = variant.remote_memory
+        expected, t_normal, m_normal = _run(normal, data, variant.case.seed, measure, memory)
+        actual, t_serial, m_serial = _run(serial, data, variant.case.seed, measure, memory)
     except Exception:  # reported per variant, so that one failure does not hide the others
         outcome.error = traceback.format_exc()
         return outcome
     outcome.seconds = {"normal": t_normal, "serialised": t_serial}
-    outcome.temp_bytes = {"normal": m_normal, "serialised": m_serial}
+    outcome.memory = {"normal": m_normal, "serialised": m_serial}
     order = _expected_order(variant)
     case = variant.case
     for name in expected:

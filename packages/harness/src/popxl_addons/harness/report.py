@@ -21,6 +21,10 @@ def _ms(s: float) -> str:
     return "-" if s != s else f"{s * 1000:.1f}"
 
 
+def _figure(o: Outcome, program: str, figure: str) -> int:
+    return o.memory.get(program, {}).get(figure, -1)
+
+
 def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     """One flat record per outcome."""
     out = []
@@ -36,10 +40,14 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
                 "store": v.store,
                 "load": v.load,
                 "grouping": v.layout.label,
+                "remote_memory": v.remote_memory,
                 "max_abs_error": o.max_abs,
                 "passed": o.passed,
-                "temp_kib_normal": o.temp_bytes.get("normal", -1) / 1024,
-                "temp_kib_serialised": o.temp_bytes.get("serialised", -1) / 1024,
+                **{
+                    f"{figure.removesuffix('_bytes')}_kib_{program}": o.memory.get(program, {}).get(figure, -1) / 1024
+                    for program in ("normal", "serialised")
+                    for figure in ("device_bytes", "host_bytes", "temp")
+                },
                 "ms_normal": o.seconds.get("normal", float("nan")) * 1000,
                 "ms_serialised": o.seconds.get("serialised", float("nan")) * 1000,
                 "tensors": [t.__dict__ for t in o.tensors],
@@ -52,9 +60,9 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
 def table(outcomes: Sequence[Outcome]) -> Table:
     """A rich table of the outcomes."""
     t = Table(title="Batch serialisation: serialised vs normal")
-    for col in ("case", "io_mode", "steps", "rows", "store/load", "replicas", "max err", "ok"):
+    for col in ("case", "io_mode", "steps", "rows", "store/load", "replicas", "remote", "max err", "ok"):
         t.add_column(col, no_wrap=True)
-    for col in ("temp KiB normal/serial", "ms normal/serial"):
+    for col in ("device KiB normal/serial", "ms normal/serial"):
         t.add_column(col, justify="right", no_wrap=True)
     for o in outcomes:
         v = o.variant
@@ -65,9 +73,10 @@ def table(outcomes: Sequence[Outcome]) -> Table:
             str(v.rows),
             f"{v.store}/{v.load}",
             v.layout.label,
+            v.remote_memory,
             f"{o.max_abs:.1e}",
             "[green]pass[/green]" if o.passed else "[red]FAIL[/red]",
-            f"{_kib(o.temp_bytes.get('normal', -1))}/{_kib(o.temp_bytes.get('serialised', -1))}",
+            f"{_kib(_figure(o, 'normal', 'device_bytes'))}/{_kib(_figure(o, 'serialised', 'device_bytes'))}",
             f"{_ms(o.seconds.get('normal', float('nan')))}/{_ms(o.seconds.get('serialised', float('nan')))}",
         )
     return t
@@ -81,7 +90,8 @@ def write_json(outcomes: Sequence[Outcome], path: str | Path) -> None:
 def write_html(outcomes: Sequence[Outcome], path: str | Path) -> None:
     """Write every outcome as an HTML table, failures with their reports."""
     records = rows(outcomes)
-    keys = ["id", "max_abs_error", "passed", "temp_kib_normal", "temp_kib_serialised", "ms_normal", "ms_serialised"]
+    keys = ["id", "max_abs_error", "passed", "device_kib_normal", "device_kib_serialised"]
+    keys += ["host_kib_normal", "host_kib_serialised", "ms_normal", "ms_serialised"]
     head = "".join(f"<th>{k}</th>" for k in keys)
     body = []
     for r, o in zip(records, outcomes):

@@ -31,7 +31,10 @@ class CheckSites:
 
 
 class LoweringContext:
-    """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks."""
+    """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks.
+
+    `remote_memory` says where remote buffers' storage lives: "host" or "device".
+    """
 
     def __init__(
         self,
@@ -39,11 +42,13 @@ class LoweringContext:
         host_inputs: Mapping[str, jax.Array],
         mesh: ReplicaMesh,
         sites: CheckSites | None,
+        remote_memory: str = "device",
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
         self.mesh = mesh
         self.sites = sites
+        self.remote_memory = remote_memory
 
     def check(self, ok: jax.Array, what: str, index: jax.Array, bound: int) -> None:
         """Record a failed check (the first per replica) unless checks are off."""

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+from jax.sharding import Sharding, SingleDeviceSharding
 
 from popxl.lowering.replicas import ReplicaMesh
 
@@ -29,7 +30,7 @@ class ReplicaPlacement:
         if replica_devices is None:
             if self.multiprocess:
                 raise ValueError("Replicas spread over several processes need replica_mode='devices'")
-            self.target: Any = device
+            self.target: Sharding = SingleDeviceSharding(device)
             self.local_rows = list(range(self.replicas))
             self.simulated_axes = mesh.axis_sizes if self.replicas > 1 else ()
         else:
@@ -42,19 +43,20 @@ class ReplicaPlacement:
         """Replicas whose host data this process provides and receives."""
         return len(self.local_rows)
 
-    def put_local(self, rows: Array) -> jax.Array:
-        """A device array from this process's replica rows."""
+    def put_local(self, rows: Array, memory_kind: str | None = None) -> jax.Array:
+        """An array from this process's replica rows, in the given memory of the devices (their default if None)."""
+        target = self.target if memory_kind is None else self.target.with_memory_kind(memory_kind)
         if self.replicas == 1:
-            return jax.device_put(rows[0], self.target)
+            return jax.device_put(rows[0], target)
         if self.simulated_axes:
-            return jax.device_put(rows.reshape(*self.simulated_axes, *rows.shape[1:]), self.target)
+            return jax.device_put(rows.reshape(*self.simulated_axes, *rows.shape[1:]), target)
         if not self.multiprocess:
-            return jax.device_put(rows, self.target)
-        return jax.make_array_from_process_local_data(self.target, rows, (self.replicas, *rows.shape[1:]))
+            return jax.device_put(rows, target)
+        return jax.make_array_from_process_local_data(target, rows, (self.replicas, *rows.shape[1:]))
 
-    def put_all(self, rows: Array) -> jax.Array:
-        """A device array from the rows of every replica (each process keeps its own)."""
-        return self.put_local(rows[self.local_rows])
+    def put_all(self, rows: Array, memory_kind: str | None = None) -> jax.Array:
+        """An array from the rows of every replica (each process keeps its own)."""
+        return self.put_local(rows[self.local_rows], memory_kind)
 
     def fetch_local(self, array: jax.Array) -> Array:
         """This process's replica rows of a device array."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from typing import Any
 
@@ -14,6 +15,7 @@ from popxl.errors import OutOfRangeError
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.placement import ReplicaPlacement
+from popxl.lowering.remote_memory import MEMORY_KINDS
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, Resource, graph_writes, modified_roots, reachable_graphs
@@ -23,6 +25,9 @@ from popxl.tensor import RemoteVariable, Tensor, Variable
 
 State = dict[str, dict[str, jax.Array]]
 _PARTS = ("vars", "buffers")
+HOST_MEMORY = "pinned_host"
+# Overrides the default placement of remote buffers, so that a whole test suite can run with either.
+REMOTE_MEMORY_VARIABLE = "POPXL_REMOTE_MEMORY"
 
 _IPU_NAMES = ("ipu_hw", "ipu_model")
 _warned_no_ipu = False
@@ -57,9 +62,14 @@ class Program:
         checks: bool = True,
         replica_mode: str = "auto",
         donate_state: bool | None = None,
+        remote_memory: str | None = None,
     ) -> None:
         if replica_mode not in ("auto", "devices", "simulate"):
             raise ValueError(f"replica_mode must be 'auto', 'devices' or 'simulate', got {replica_mode!r}")
+        if remote_memory is None:
+            remote_memory = os.environ.get(REMOTE_MEMORY_VARIABLE) or None
+        if remote_memory not in (None, *MEMORY_KINDS):
+            raise ValueError(f"remote_memory must be None, 'host' or 'device', got {remote_memory!r}")
         self.ir = ir
         main = ir.main_graph
         ops = [op for g in reachable_graphs(main) for op in g.ops]
@@ -99,6 +109,10 @@ class Program:
             )
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
         self.placement = ReplicaPlacement(self.mesh, self.replica_devices, self.device)
+        has_host = any(m.kind == HOST_MEMORY for m in self.device.addressable_memories())
+        if remote_memory == "host" and not has_host:
+            raise ValueError(f"remote_memory='host' needs a '{HOST_MEMORY}' memory, which {self.device} lacks")
+        self.remote_memory = remote_memory or ("host" if has_host else "device")
         self.sites = CheckSites() if checks else None
         # Without checks no run can fail after it started, so by default the state it writes is donated
         # to XLA and updated in place; with checks a failed run must keep the state it had.
@@ -106,6 +120,11 @@ class Program:
             raise ValueError("donate_state=True needs checks=False: a failed checked run must keep its state")
         donate = (0,) if (not checks if donate_state is None else donate_state) else ()
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
+
+    @property
+    def buffer_memory_kind(self) -> str | None:
+        """JAX's memory kind for remote buffers' storage (None: the devices' default memory)."""
+        return HOST_MEMORY if self.remote_memory == "host" else None
 
     @property
     def mode(self) -> str:
@@ -129,7 +148,7 @@ class Program:
         values.update({s: HostOutput(jnp.zeros((nht, *s.shape), s.dtype.as_numpy()), jnp.int32(0)) for s in self.d2h})
         values[CHECK_RESULT] = CheckState(jnp.int32(0), jnp.int32(0))
         world = World(values)
-        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites)
+        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites, self.remote_memory)
         bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.device_variables}
         finals = execute(ctx, self.ir.main_graph, bound, self.written_variables)
         written = {
@@ -186,7 +205,7 @@ class Program:
             self._store_remote(buffers, v, host[v])
         return {
             "vars": {v.id: self.placement.put_all(self.replica_values(v, host[v])) for v in self.device_variables},
-            "buffers": {k: self.placement.put_all(b) for k, b in buffers.items()},
+            "buffers": {k: self.placement.put_all(b, self.buffer_memory_kind) for k, b in buffers.items()},
         }
 
     def with_variables(self, state: State, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
@@ -198,7 +217,7 @@ class Program:
                 key = buffer_key(v.buffer)
                 rows = {key: self.placement.fetch_all(new_buffers[key]).copy()}
                 self._store_remote(rows, v, data)
-                new_buffers[key] = self.placement.put_all(rows[key])
+                new_buffers[key] = self.placement.put_all(rows[key], self.buffer_memory_kind)
             else:
                 new_vars[v.id] = self.placement.put_all(self.replica_values(v, data))
         return {"vars": new_vars, "buffers": new_buffers}
@@ -233,10 +252,14 @@ class Program:
         new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
 
+    def traced(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
+        """The step traced for these arguments (`jax.stages.Traced`: its jaxpr, and `.lower()`)."""
+        device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
+        return self._step.trace(*self._split(state), device_inputs)
+
     def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The compiled XLA executable for these argument shapes (for memory analysis)."""
-        device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
-        return self._step.lower(*self._split(state), device_inputs).compile()
+        return self.traced(state, inputs).lower().compile()
 
 
 def _unique(items: Any) -> list[Any]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from popxl.lowering.remote_memory import load_entry, store_entry
 from popxl.lowering.world import HostOutput
 from popxl.op import CHECK_RESULT, Attrs, Op, OpDef, Resource, register
 from popxl.opdefs.common import like_input, modifies_first, vjp_grad
@@ -126,7 +127,7 @@ def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tensor
 
 def _lower_remote_load(ctx: LoweringContext, attrs: Attrs, offset: jax.Array) -> list[jax.Array]:
     store, index = _checked_offset(ctx, attrs["buffer"], offset, "remote_load from")
-    return [jax.lax.dynamic_index_in_dim(store, index, keepdims=False)]
+    return [load_entry(store, index, ctx.remote_memory == "host")]
 
 
 REMOTE_LOAD = register(
@@ -174,7 +175,7 @@ def _remote_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tenso
 def _lower_remote_store(ctx: LoweringContext, attrs: Attrs, offset: jax.Array, t: jax.Array) -> list[jax.Array]:
     buffer = attrs["buffer"]
     store, index = _checked_offset(ctx, buffer, offset, "remote_store to")
-    ctx.world.write_buffer(buffer, jax.lax.dynamic_update_index_in_dim(store, t.astype(store.dtype), index, 0))
+    ctx.world.write_buffer(buffer, store_entry(store, index, t, ctx.remote_memory == "host"))
     return []
 
 

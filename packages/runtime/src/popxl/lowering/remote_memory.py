@@ -1,0 +1,104 @@
+"""Moving one entry between a remote buffer's storage and the device.
+
+A remote buffer's storage is `(entries, *shape)` per replica, in device memory
+or, with host placement, in JAX's `pinned_host` memory. Only three operations
+ever touch host-resident storage: a dynamic slice of one entry, a dynamic
+update of one entry, and the copy between memories. Anything else would make
+XLA compute on host memory, and XLA:CPU has crashed on scatters into it.
+
+Simulated replicas (`vmap`) would turn a dynamic slice of a replica-batched
+buffer into a gather and an update into a scatter. A custom batching rule
+keeps them dynamic slices and updates: it slices or updates the same entry
+of every replica at once, the replica axes riding along as leading axes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.custom_batching import custom_vmap
+
+MEMORY_KINDS = ("host", "device")
+
+
+class ReplicaDependentOffsetError(NotImplementedError):
+    """A host-resident remote buffer indexed at an offset that differs between simulated replicas."""
+
+
+def _to(space: Any, host: bool) -> Callable[[jax.Array], jax.Array]:
+    if not host:
+        return lambda x: x
+    return lambda x: jax.device_put(x, space)
+
+
+@functools.cache
+def _entry_slice(lead: int, host: bool) -> Any:
+    """Entry `index` along axis `lead` of `storage`, the axes before it being replica axes, on the device."""
+
+    @custom_vmap
+    def load(storage: jax.Array, index: jax.Array) -> jax.Array:
+        starts = [jnp.int32(0)] * storage.ndim
+        starts[lead] = index
+        sizes = [*storage.shape[:lead], 1, *storage.shape[lead + 1 :]]
+        return _to(jax.memory.Space.Device, host)(jax.lax.dynamic_slice(storage, starts, sizes))
+
+    @load.def_vmap
+    def _batched(axis_size: int, in_batched: list[bool], storage: jax.Array, index: jax.Array) -> Any:
+        storage_batched, index_batched = in_batched
+        if index_batched:
+            if host:
+                raise ReplicaDependentOffsetError(
+                    "Simulated replicas read a host-resident remote buffer at offsets that differ between "
+                    "replicas: use Session(..., remote_memory='device') or one device per replica"
+                )
+            plain = jax.vmap(_entry_slice(lead, host), in_axes=(0 if storage_batched else None, 0))
+            return plain(storage, index), True
+        if not storage_batched:
+            return load(storage, index), False
+        return _entry_slice(lead + 1, host)(storage, index), True
+
+    return load
+
+
+@functools.cache
+def _entry_update(lead: int, host: bool) -> Any:
+    """`storage` with entry `index` along axis `lead` replaced by the device value `value`."""
+
+    @custom_vmap
+    def store(storage: jax.Array, index: jax.Array, value: jax.Array) -> jax.Array:
+        starts = [jnp.int32(0)] * storage.ndim
+        starts[lead] = index
+        update = _to(jax.memory.Space.Host, host)(jnp.expand_dims(value, lead).astype(storage.dtype))
+        return jax.lax.dynamic_update_slice(storage, update, starts)
+
+    @store.def_vmap
+    def _batched(axis_size: int, in_batched: list[bool], storage: jax.Array, index: jax.Array, value: jax.Array) -> Any:
+        storage_batched, index_batched, value_batched = in_batched
+        if index_batched or not storage_batched:
+            if host:
+                raise ReplicaDependentOffsetError(
+                    "Simulated replicas write a host-resident remote buffer at offsets that differ between "
+                    "replicas: use Session(..., remote_memory='device') or one device per replica"
+                )
+            axes = (0 if storage_batched else None, 0 if index_batched else None, 0 if value_batched else None)
+            return jax.vmap(_entry_update(lead, host), in_axes=axes)(storage, index, value), True
+        if not value_batched:
+            value = jnp.broadcast_to(value, (axis_size, *value.shape))
+        return _entry_update(lead + 1, host)(storage, index, value), True
+
+    return store
+
+
+def load_entry(storage: jax.Array, index: jax.Array, host: bool) -> jax.Array:
+    """Entry `index` of a buffer's storage `(entries, *shape)`, as a device value of `shape`."""
+    return jnp.squeeze(_entry_slice(0, host)(storage, index), 0)
+
+
+def store_entry(storage: jax.Array, index: jax.Array, value: jax.Array, host: bool) -> jax.Array:
+    """A buffer's storage with entry `index` replaced by the device value `value`."""
+    result: jax.Array = _entry_update(0, host)(storage, index, value)
+    return result

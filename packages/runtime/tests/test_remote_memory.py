@@ -1,0 +1,188 @@
+"""Remote buffers in host memory: where state lives, what touches it, and the memory figures."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+import popxl
+from popxl import OutOfRangeError, ops
+from popxl.lowering.program import Program
+
+ALLOWED_ON_HOST = {"dynamic_slice", "dynamic_update_slice", "device_put"}
+
+
+def _serialised_program(replicas: int = 1, entries: int = 4) -> tuple[popxl.Ir, dict[str, Any]]:
+    """A loop that stores x_i * w into entry i of a buffer and reads entry i - 1 back, plus a remote variable."""
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph, popxl.in_sequence(True):
+        h = popxl.h2d_stream((3,), popxl.float32, "x")
+        d = popxl.d2h_stream((3,), popxl.float32, "y")
+        buf = popxl.remote_buffer((3,), popxl.float32, entries)
+        wbuf = popxl.remote_buffer((3,), popxl.float32, 1)
+        w = popxl.remote_variable(np.full(3, 2.0, np.float32), wbuf, 0, name="w")
+
+        def body(i: popxl.Tensor, w: popxl.Tensor) -> popxl.Tensor:
+            ops.remote_store(buf, i, ops.host_load(h) * w)
+            ops.host_store(d, ops.remote_load(buf, i))
+            return i + 1
+
+        graph = ir.create_graph(body, popxl.TensorSpec((), popxl.int32), popxl.TensorSpec((3,), popxl.float32))
+        ops.repeat(graph, entries, popxl.constant(np.int32(0)), ops.remote_load(wbuf, 0))
+        ops.remote_store(wbuf, 0, ops.remote_load(wbuf, 0) + 1)
+    ir.num_host_transfers = entries
+    return ir, {"h": h, "d": d, "buf": buf, "w": w}
+
+
+def _feed(ir: popxl.Ir, streams: dict[str, Any]) -> tuple[dict[Any, np.ndarray[Any, Any]], np.ndarray[Any, Any]]:
+    data = np.arange(ir.num_host_transfers * ir.replication_factor * 3, dtype=np.float32)
+    data = data.reshape(ir.num_host_transfers, ir.replication_factor, 3)
+    return {streams["h"]: popxl.HostLayout.of(ir).from_transfers_major(data)}, data
+
+
+def _equations(jaxpr: Any) -> Iterator[Any]:
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+def _on_host(var: Any) -> bool:
+    return str(getattr(getattr(var, "aval", None), "memory_space", "")) == "MemorySpace.Host"
+
+
+def _relabels(eqn: Any) -> bool:
+    # Adding or dropping a size-1 axis (shard_map's local replica axis) moves no data: XLA makes it a bitcast.
+    sizes = {int(np.prod(v.aval.shape)) for v in [*eqn.invars, *eqn.outvars] if hasattr(v, "aval")}
+    return eqn.primitive.name in {"squeeze", "broadcast_in_dim", "reshape"} and len(sizes) == 1
+
+
+def _host_primitives(jaxpr: Any) -> set[str]:
+    """Primitives of first-order equations that read or write a host-resident value (relabelling aside)."""
+    found = set()
+    for eqn in _equations(jaxpr):
+        nested = any(hasattr(getattr(p, "jaxpr", p), "eqns") for p in eqn.params.values())
+        if not nested and not _relabels(eqn) and any(_on_host(v) for v in [*eqn.invars, *eqn.outvars]):
+            found.add(eqn.primitive.name)
+    return found
+
+
+def test_default_placement_is_host_where_the_device_has_pinned_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POPXL_REMOTE_MEMORY", raising=False)
+    ir, _ = _serialised_program()
+    session = popxl.Session(ir, "cpu")
+    kinds = {m.kind for m in jax.devices("cpu")[0].addressable_memories()}
+    assert session.remote_memory == ("host" if "pinned_host" in kinds else "device")
+
+
+def test_the_environment_sets_the_default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPXL_REMOTE_MEMORY", "device")
+    ir, _ = _serialised_program()
+    assert popxl.Session(ir, "cpu").remote_memory == "device"
+    assert popxl.Session(ir, "cpu", remote_memory="host").remote_memory == "host"
+
+
+def test_an_unknown_placement_is_refused_naming_the_allowed_ones() -> None:
+    ir, _ = _serialised_program()
+    with pytest.raises(ValueError, match=r"remote_memory must be None, 'host' or 'device', got 'hbm'"):
+        popxl.Session(ir, "cpu", remote_memory="hbm")
+
+
+@pytest.mark.parametrize("replicas,mode", [(1, "auto"), (2, "simulate"), (2, "devices")])
+@pytest.mark.parametrize("memory", ["host", "device"])
+def test_results_match_numpy_in_both_placements(replicas: int, mode: str, memory: str) -> None:
+    ir, t = _serialised_program(replicas)
+    feeds, data = _feed(ir, t)
+    with popxl.Session(ir, "cpu", replica_mode=mode, remote_memory=memory) as session:
+        out = session.run(feeds)[t["d"]]
+        kinds = {b.sharding.memory_kind for b in session._state["buffers"].values()}
+        w = session.get_tensor_data(t["w"])
+    expected = data * 2.0
+    np.testing.assert_array_equal(out, expected if replicas > 1 else expected[:, 0])
+    np.testing.assert_array_equal(w, np.full(3, 3.0, np.float32))
+    assert kinds == ({"pinned_host"} if memory == "host" else {jax.devices("cpu")[0].default_memory().kind})
+
+
+@pytest.mark.parametrize("replicas,mode", [(1, "auto"), (2, "simulate"), (2, "devices")])
+@pytest.mark.parametrize("checks", [True, False])
+def test_only_slices_updates_and_copies_touch_host_memory(replicas: int, mode: str, checks: bool) -> None:
+    ir, t = _serialised_program(replicas)
+    program = Program(ir, "cpu", checks=checks, replica_mode=mode, remote_memory="host")
+    state = program.init_state({v: v.host_data for v in program.variables})
+    feeds, _ = _feed(ir, t)
+    inputs = {s.tensor_id: popxl.HostLayout.of(ir).to_replica_major(feeds[s]) for s in program.h2d}
+    traced = program.traced(state, inputs)
+    touched = _host_primitives(traced.jaxpr.jaxpr)
+    assert touched and touched <= ALLOWED_ON_HOST, touched - ALLOWED_ON_HOST
+    # In the compiled program, host memory space S(5) appears only on arguments and results,
+    # and on instructions that move data: XLA computes nothing in host memory.
+    hlo = traced.lower().compile().as_text()
+    entry = re.search(r"entry_computation_layout=\{\((.*?)\)->", hlo)
+    assert entry is not None and "S(5)" in entry.group(1)
+    moving = {"parameter", "tuple", "get-tuple-element", "copy", "copy-start", "copy-done", "bitcast", "while"}
+    moving |= {"dynamic-slice", "dynamic-update-slice", "fusion", "call", "custom-call"}
+    for line in hlo.splitlines():
+        match = re.match(r"\s*(?:ROOT )?%\S+ = (\S+?)\S* (\S+?)\(", line)
+        if match and "S(5)" in line:
+            assert match.group(2) in moving, line
+
+
+def test_out_of_range_keeps_host_buffers_as_they_were() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((2,), popxl.float32, 3)
+        index = popxl.h2d_stream((), popxl.int32, "i")
+        ops.remote_store(buf, ops.host_load(index), popxl.constant(np.ones(2, np.float32)))
+    with popxl.Session(ir, "cpu", remote_memory="host") as session:
+        session.run({index: np.int32(1)})
+        before = {k: np.asarray(b) for k, b in session._state["buffers"].items()}
+        with pytest.raises(OutOfRangeError, match="index 3 is out of range"):
+            session.run({index: np.int32(3)})
+        for k, b in session._state["buffers"].items():
+            np.testing.assert_array_equal(np.asarray(b), before[k])
+            assert b.sharding.memory_kind == "pinned_host"
+
+
+def test_buffers_grown_after_use_are_sized_by_their_final_entries() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((2,), popxl.float32, 1)
+        d = popxl.d2h_stream((2,), popxl.float32, "y")
+        ops.remote_store(buf, 0, popxl.constant(np.full(2, 5.0, np.float32)))
+        buf.entries = 6
+        ops.remote_store(buf, 5, popxl.constant(np.full(2, 7.0, np.float32)))
+        ops.host_store(d, ops.remote_load(buf, 5) + ops.remote_load(buf, 0))
+    with popxl.Session(ir, "cpu", remote_memory="host") as session:
+        np.testing.assert_array_equal(session.run()[d], np.full(2, 12.0, np.float32))
+        assert [b.shape for b in session._state["buffers"].values()] == [(6, 2)]
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_memory_figures_count_buffers_as_host_bytes(checks: bool) -> None:
+    entries, width = 64, 256
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h = popxl.h2d_stream((width,), popxl.float32, "x")
+        buf = popxl.remote_buffer((width,), popxl.float32, entries)
+        ops.remote_store(buf, 1, ops.host_load(h) * 2)
+    feeds = {h: np.zeros(width, np.float32)}
+    figures = {}
+    for memory in ("host", "device"):
+        with popxl.Session(ir, "cpu", remote_memory=memory, checks=checks) as session:
+            figures[memory] = session.memory_analysis(feeds)
+    storage = entries * width * 4
+    # Unchecked runs update the donated buffer in place; checked runs keep the old one until they succeed.
+    held = storage if not checks else 2 * storage
+    assert figures["host"]["host_bytes"] == held
+    assert figures["device"]["host_bytes"] == 0
+    assert figures["device"]["device_bytes"] - figures["host"]["device_bytes"] == held
+    for f in figures.values():
+        assert f["alias"] == (0 if checks else storage)
