@@ -173,6 +173,11 @@ class Session:
             )
         return layout.to_replica_major(arr)
 
+    def traced(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> Any:
+        """The program's step as JAX traces it for these inputs (`jax.stages.Traced`: `.jaxpr`, `.lower()`)."""
+        self._require_attached("traced")
+        return self._program.traced(self._state, self._validated_inputs(dict(inputs or {})))
+
     def memory_analysis(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[str, int]:
         """Memory figures of the compiled program, in bytes per device.
 
@@ -183,8 +188,7 @@ class Session:
         `alias` and `code`.
         """
         self._require_attached("memory_analysis")
-        compiled = self._program.compiled(self._state, self._validated_inputs(dict(inputs or {})))
-        return memory_figures(compiled)
+        return memory_figures(self.traced(inputs).lower().compile())
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the host value of `tensor` (and the device value when attached)."""

@@ -257,10 +257,6 @@ class Program:
         device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
         return self._step.trace(*self._split(state), device_inputs)
 
-    def compiled(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
-        """The compiled XLA executable for these argument shapes (for memory analysis)."""
-        return self.traced(state, inputs).lower().compile()
-
 
 def _unique(items: Any) -> list[Any]:
     out: list[Any] = []
