@@ -1,11 +1,22 @@
-"""Forward and gradient of an 8-layer 1024-wide MLP over a global batch of 512, batch-serialised in
-`steps` micro-batches with each io_mode, against (i) the un-serialised popxl program and (ii) the
-same micro-batching written directly in JAX (`lax.scan` accumulating gradients). Reports XLA's temp
-memory and run time as ratios measured side by side, and the cost of the run-time index checks."""
+"""Forward and gradient of an MLP (8 layers, 1024 wide, global batch 512 by default), batch-serialised
+in `steps` micro-batches with each io_mode and remote buffers in host or device memory, measured side
+by side against:
+
+- the un-serialised popxl program over the whole batch;
+- JAX offloading: `jax.vjp` of a `lax.scan` over the micro-batches whose body is under
+  `jax.checkpoint` with `save_and_offload_only_these_names` (activations to pinned host memory),
+  the same forward-then-gradient schedule as batch serialisation;
+- JAX gradient accumulation: one micro-batch's forward and backward per `lax.scan` step.
+
+Every program's memory is reported as device bytes and host bytes (arguments and outputs by where
+they live, less what is updated in place, plus XLA's temporaries), with the same accounting for all.
+A second measurement times one remote store inside a loop as the buffer grows: it should stay flat.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -13,10 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from common import interleaved, save
+from jax.ad_checkpoint import checkpoint_name
 
 import popxl
 from popxl import ops
+from popxl.lowering.memory import memory_figures
 from popxl_addons.core import IO_MODES, Module, autodiff_with_accumulation, batch_serialise_fwd_and_grad
+
+MiB = 2**20
 
 
 class MLP(Module):
@@ -33,10 +48,10 @@ class MLP(Module):
         return x
 
 
-def _program(width: int, layers: int, micro: int, steps: int, io_mode: str | None) -> tuple[popxl.Ir, Any, Any, Any]:
+def popxl_program(width: int, layers: int, micro: int, steps: int, io_mode: str | None) -> tuple[popxl.Ir, Any, Any]:
     """The serialised program (io_mode given) or the un-serialised one over the whole batch."""
     ir = popxl.Ir()
-    ir._pb_ir.getSessionOptions().numIOTiles = 32
+    ir.session_options.numIOTiles = 32
     with ir.main_graph, popxl.in_sequence(True):
         x = popxl.h2d_stream((micro, width), popxl.float32, "x")
         dy = popxl.h2d_stream((micro, width), popxl.float32, "dy")
@@ -62,40 +77,91 @@ def _program(width: int, layers: int, micro: int, steps: int, io_mode: str | Non
             fwd.graph.bind(weights).call(0)
             grad.graph.bind(grad_vars).call(0)
     ir.num_host_transfers = steps if io_mode is not None else 1
-    return ir, (x, dy), weights, accums
+    return ir, (x, dy), (weights, accums)
 
 
 def _mlp(params: list[tuple[jax.Array, jax.Array]], x: jax.Array) -> jax.Array:
     for w, b in params:
-        x = jax.nn.gelu(x @ w + b, approximate=True)
+        x = jax.nn.gelu(checkpoint_name(x, "activation") @ w + b, approximate=True)
     return x
 
 
-@partial(jax.jit, static_argnums=3)
-def _jax_train(params: Any, xs: jax.Array, dys: jax.Array, steps: int) -> Any:
+def jax_accumulation(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
+    """Mean gradient over micro-batches, one forward and backward per scan step."""
+
     def body(acc: Any, batch: tuple[jax.Array, jax.Array]) -> tuple[Any, None]:
         x, dy = batch
         _, pullback = jax.vjp(lambda p: _mlp(p, x), params)
         (g,) = pullback(dy)
         return jax.tree.map(jnp.add, acc, g), None
 
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    total, _ = jax.lax.scan(body, zeros, (xs, dys))
-    return jax.tree.map(lambda t: t / steps, total)
+    total, _ = jax.lax.scan(body, jax.tree.map(jnp.zeros_like, params), (xs, dys))
+    return jax.tree.map(lambda t: t / xs.shape[0], total)
 
 
-def _run_jax(params: Any, xs: jax.Array, dys: jax.Array, steps: int) -> Any:
-    return jax.block_until_ready(_jax_train(params, xs, dys, steps))
+def jax_offload(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
+    """Mean gradient: the forward over every micro-batch, activations offloaded to host, then the VJP."""
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[],
+        names_which_can_be_offloaded=["activation"],
+        offload_src="device",
+        offload_dst="pinned_host",
+    )
+    step = jax.checkpoint(_mlp, policy=policy)
+
+    def forward(p: Any) -> jax.Array:
+        _, ys = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)
+        return ys
+
+    _, pullback = jax.vjp(forward, params)
+    (g,) = pullback(dys)
+    return jax.tree.map(lambda t: t / xs.shape[0], g)
+
+
+def jax_program(fn: Callable[..., Any], params: Any, xs: jax.Array, dys: jax.Array) -> tuple[Callable[[], Any], Any]:
+    """A run of `fn` jitted, and its compiled executable."""
+    jitted = jax.jit(fn)
+    compiled = jitted.lower(params, xs, dys).compile()
+    return (lambda: jax.block_until_ready(compiled(params, xs, dys))), compiled
+
+
+def store_cost(width: int, micro: int, steps: int, repeats: int, checks: bool, device: str) -> float:
+    """Seconds per remote store of a (micro, width) entry, in a loop of `steps` stores into `steps` entries."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((micro, width), popxl.float32, steps)
+        value = popxl.variable(np.ones((micro, width), np.float32), name="value")
+
+        def body(i: popxl.Tensor, v: popxl.Tensor) -> popxl.Tensor:
+            ops.remote_store(buffer, i, v)
+            return i + 1
+
+        graph = ir.create_graph(body, popxl.TensorSpec((), popxl.int32), value.spec)
+        ops.repeat(graph, steps, popxl.constant(np.int32(0)), value)
+    with popxl.Session(ir, device, checks=checks) as session:
+        seconds = interleaved({"store": session.run}, repeats, warmup=1)["store"]
+    return seconds / steps
+
+
+def _mib(figures: dict[str, int]) -> str:
+    return f"{figures['device_bytes'] / MiB:7.1f} / {figures['host_bytes'] / MiB:7.1f}"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--batch", type=int, default=512)
-    p.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 8, 32])
-    p.add_argument("--io-modes", type=lambda s: s.split(","), default=list(IO_MODES))
-    p.add_argument("--repeats", type=int, default=5)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--width", type=int, default=1024, help="MLP width")
+    p.add_argument("--layers", type=int, default=8, help="MLP layers")
+    p.add_argument("--batch", type=int, default=4096, help="global batch (tokens) per run")
+    p.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[2, 8, 32], help="micro-batches")
+    p.add_argument("--io-modes", type=lambda s: s.split(","), default=list(IO_MODES), help="io_modes to measure")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats, interleaved")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="where popxl Sessions and JAX run")
+    p.add_argument(
+        "--store-steps",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=[8, 64, 256],
+        help="loop lengths (and buffer entries) for the per-store cost",
+    )
     args = p.parse_args()
     rng = np.random.default_rng(0)
     width, layers, batch = args.width, args.layers, args.batch
@@ -103,86 +169,95 @@ def main() -> None:
     bs = [rng.normal(0, 0.1, (width,)).astype(np.float32) for _ in range(layers)]
     x = rng.normal(size=(batch, width)).astype(np.float32)
     dy = rng.normal(size=(batch, width)).astype(np.float32)
-    params = [(jnp.asarray(w), jnp.asarray(b)) for w, b in zip(ws, bs)]
+    target = jax.devices(args.device)[0]
+    params = jax.device_put([(w, b) for w, b in zip(ws, bs)], target)
     figures: dict[str, Any] = {
-        "device": str(jax.devices()[0]),
+        "device": str(target),
         "width": width,
         "layers": layers,
         "batch": batch,
         "runs": [],
+        "store_cost": [],
     }
 
-    def session_for(
-        io_mode: str | None, steps: int, checks: bool, donate: bool | None = None
-    ) -> tuple[popxl.Session, dict[Any, Any], Any]:
-        micro = batch // steps
-        ir, (hx, hdy), weights, accums = _program(width, layers, micro if io_mode else batch, steps, io_mode)
-        session = popxl.Session(ir, "cpu", checks=checks, donate_state=donate)
+    def session_for(io_mode: str | None, steps: int, memory: str, checks: bool) -> tuple[popxl.Session, Any, Any]:
+        micro = batch // steps if io_mode else batch
+        ir, (hx, hdy), (weights, accums) = popxl_program(width, layers, micro, steps, io_mode)
+        session = popxl.Session(ir, args.device, remote_memory=memory, checks=checks)
         session.write_variables_data(
             {weights[f"w{i}"]: ws[i] for i in range(layers)} | {weights[f"b{i}"]: bs[i] for i in range(layers)}
         )
         session.__enter__()
-        shape = (steps, micro, width) if io_mode and steps > 1 else (batch, width) if not io_mode else (micro, width)
-        feeds = {hx: x.reshape(shape), hdy: dy.reshape(shape)}
-        return session, feeds, accums
+        shape = (steps, micro, width) if io_mode and steps > 1 else (micro, width)
+        return session, {hx: x.reshape(shape), hdy: dy.reshape(shape)}, accums
 
-    normal, normal_feeds, _ = session_for(None, 1, True)
-    normal_temp = normal.memory_analysis(normal_feeds)["temp"]
+    normal, normal_feeds, _ = session_for(None, 1, "host", True)
+    normal_memory = normal.memory_analysis(normal_feeds)
+    print(f"un-serialised: device / host MiB {_mib(normal_memory)}", flush=True)
     for steps in args.steps:
         micro = batch // steps
-        xs, dys = jnp.asarray(x.reshape(steps, micro, width)), jnp.asarray(dy.reshape(steps, micro, width))
-        jax_compiled = _jax_train.lower(params, xs, dys, steps).compile()
-        jax_temp = jax_compiled.memory_analysis().temp_size_in_bytes
-        reference = _jax_train(params, xs, dys, steps)
+        xs, dys = jax.device_put((x.reshape(steps, micro, width), dy.reshape(steps, micro, width)), target)
+        run_accum, accum_compiled = jax_program(jax_accumulation, params, xs, dys)
+        run_offload, offload_compiled = jax_program(jax_offload, params, xs, dys)
+        reference = np.asarray(run_accum()[0][0])
+        np.testing.assert_allclose(np.asarray(run_offload()[0][0]), reference, rtol=2e-3, atol=2e-4)
+        accum_memory, offload_memory = memory_figures(accum_compiled), memory_figures(offload_compiled)
         for io_mode in args.io_modes:
             if io_mode == "io_overlapped" and steps < 2:
                 continue
-            ours, feeds, accums = session_for(io_mode, steps, True)
-            unchecked, unchecked_feeds, _ = session_for(io_mode, steps, False, donate=False)
-            donated, donated_feeds, _ = session_for(io_mode, steps, False)
-            ours.run(feeds)
-            grad_w0 = ours.get_tensor_data(accums.accum.w0)
-            np.testing.assert_allclose(grad_w0, np.asarray(reference[0][0]), rtol=2e-3, atol=2e-4)
-            times = interleaved(
-                {
-                    "serialised": partial(ours.run, feeds),
-                    "unchecked": partial(unchecked.run, unchecked_feeds),
-                    "donated": partial(donated.run, donated_feeds),
-                    "normal": partial(normal.run, normal_feeds),
-                    "jax": partial(_run_jax, params, xs, dys, steps),
-                },
-                args.repeats,
-                warmup=1,
-            )
-            temp = ours.memory_analysis(feeds)["temp"]
+            sessions = {
+                "host": session_for(io_mode, steps, "host", True),
+                "device": session_for(io_mode, steps, "device", True),
+                "host_unchecked": session_for(io_mode, steps, "host", False),
+            }
+            for session, feeds, accums in sessions.values():
+                session.run(feeds)
+                got = session.get_tensor_data(accums.accum.w0)
+                np.testing.assert_allclose(got, reference, rtol=2e-3, atol=2e-4)
+            memory = {name: s.memory_analysis(f) for name, (s, f, _) in sessions.items()}
+            timers = {name: partial(s.run, f) for name, (s, f, _) in sessions.items()}
+            timers |= {"normal": partial(normal.run, normal_feeds), "jax_accum": run_accum, "jax_offload": run_offload}
+            times = interleaved(timers, args.repeats, warmup=1)
             run = {
                 "steps": steps,
                 "io_mode": io_mode,
-                "temp_bytes": temp,
-                "temp_bytes_jax": jax_temp,
-                "temp_bytes_normal": normal_temp,
-                "temp_ratio_vs_jax": temp / jax_temp,
-                "temp_ratio_vs_normal": temp / normal_temp,
-                "seconds": times["serialised"],
-                "seconds_jax": times["jax"],
-                "seconds_normal": times["normal"],
-                "time_ratio_vs_jax": times["serialised"] / times["jax"],
-                "time_ratio_vs_normal": times["serialised"] / times["normal"],
-                "check_cost": times["serialised"] / times["unchecked"] - 1,
-                "donation_gain": 1 - times["donated"] / times["unchecked"],
+                "memory": {
+                    **memory,
+                    "normal": normal_memory,
+                    "jax_accum": accum_memory,
+                    "jax_offload": offload_memory,
+                },
+                "seconds": times,
+                "device_ratio_host_vs_normal": memory["host"]["device_bytes"] / normal_memory["device_bytes"],
+                "device_ratio_host_vs_jax_offload": memory["host"]["device_bytes"] / offload_memory["device_bytes"],
+                "time_ratio_vs_jax_accum": times["host"] / times["jax_accum"],
+                "time_ratio_vs_jax_offload": times["host"] / times["jax_offload"],
+                "time_ratio_unchecked_vs_jax_accum": times["host_unchecked"] / times["jax_accum"],
+                "time_ratio_unchecked_vs_jax_offload": times["host_unchecked"] / times["jax_offload"],
             }
             figures["runs"].append(run)
             print(
-                f"steps {steps:2d} {io_mode:13s} temp/jax {run['temp_ratio_vs_jax']:.3f} "
-                f"temp/normal {run['temp_ratio_vs_normal']:.3f} time/jax {run['time_ratio_vs_jax']:.3f} "
-                f"time/normal {run['time_ratio_vs_normal']:.3f} checks {100 * run['check_cost']:+.1f}% "
-                f"donation {100 * run['donation_gain']:+.1f}% "
-                f"({temp / 2**20:.1f} MiB vs jax {jax_temp / 2**20:.1f} MiB; "
-                f"{times['serialised'] * 1e3:.0f} ms vs jax {times['jax'] * 1e3:.0f} ms)",
+                f"steps {steps:2d} {io_mode:13s} device/host MiB: host {_mib(memory['host'])}, "
+                f"device {_mib(memory['device'])}, jax offload {_mib(offload_memory)}, "
+                f"jax accum {_mib(accum_memory)} | device vs un-serialised "
+                f"{run['device_ratio_host_vs_normal']:.3f} | time vs jax accum/offload "
+                f"{run['time_ratio_vs_jax_accum']:.3f}/{run['time_ratio_vs_jax_offload']:.3f} "
+                f"(unchecked {run['time_ratio_unchecked_vs_jax_accum']:.3f}/"
+                f"{run['time_ratio_unchecked_vs_jax_offload']:.3f}) "
+                f"{times['host'] * 1e3:.0f} ms",
                 flush=True,
             )
-            for s in (ours, unchecked, donated):
-                s.__exit__(None, None, None)
+            for session, _, _ in sessions.values():
+                session.__exit__(None, None, None)
+    micro = max(1, batch // 8)
+    for steps in args.store_steps:
+        cost = {checks: store_cost(width, micro, steps, args.repeats, checks, args.device) for checks in (True, False)}
+        figures["store_cost"].append({"steps": steps, "entry_bytes": micro * width * 4, "seconds": cost})
+        print(
+            f"one store of {micro * width * 4 / MiB:.2f} MiB in a loop of {steps}: "
+            f"{cost[True] * 1e6:.0f} us checked, {cost[False] * 1e6:.0f} us unchecked",
+            flush=True,
+        )
     print(f"written to {save('batch_serialisation', figures)}")
 
 

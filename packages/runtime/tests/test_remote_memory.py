@@ -178,11 +178,26 @@ def test_memory_figures_count_buffers_as_host_bytes(checks: bool) -> None:
     for memory in ("host", "device"):
         with popxl.Session(ir, "cpu", remote_memory=memory, checks=checks) as session:
             figures[memory] = session.memory_analysis(feeds)
-    storage = entries * width * 4
+    storage, stream_data = entries * width * 4, width * 4
     # Unchecked runs update the donated buffer in place; checked runs keep the old one until they succeed.
-    held = storage if not checks else 2 * storage
+    # The run's host stream data stays in host memory with the buffers.
+    held = (storage if not checks else 2 * storage) + stream_data
     assert figures["host"]["host_bytes"] == held
     assert figures["device"]["host_bytes"] == 0
     assert figures["device"]["device_bytes"] - figures["host"]["device_bytes"] == held
     for f in figures.values():
         assert f["alias"] == (0 if checks else storage)
+
+
+def test_each_host_load_moves_one_transfer_from_host_memory() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h = popxl.h2d_stream((2, 3), popxl.float32, "x")
+        d = popxl.d2h_stream((2, 3), popxl.float32, "y")
+        ops.host_store(d, ops.host_load(h) * 3)
+        ops.host_store(d, ops.host_load(h) * 3)
+    ir.num_host_transfers = 2
+    data = np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+    with popxl.Session(ir, "cpu", remote_memory="host") as session:
+        np.testing.assert_array_equal(session.run({h: data})[d], data * 3)
+        assert _host_primitives(session.traced({h: data}).jaxpr.jaxpr) <= ALLOWED_ON_HOST

@@ -26,9 +26,9 @@ class Session:
     checks and (unless `donate_state=False`) lets XLA update written state in
     place; `replica_mode` picks one device per replica ("devices"), a one-device
     simulation ("simulate") or the former when enough devices exist ("auto").
-    `remote_memory` puts remote buffers and remote variables in the devices'
-    pinned host memory ("host", as an IPU keeps them off-chip) or in device
-    memory ("device"); None picks the environment variable POPXL_REMOTE_MEMORY
+    `remote_memory` puts remote buffers, remote variables and each run's host
+    stream data in the devices' pinned host memory ("host", as an IPU keeps
+    them off-chip and streams from the host) or in device memory ("device"); None picks the environment variable POPXL_REMOTE_MEMORY
     if set, else "host" wherever the device has such memory.
     """
 

@@ -123,7 +123,7 @@ class Program:
 
     @property
     def buffer_memory_kind(self) -> str | None:
-        """JAX's memory kind for remote buffers' storage (None: the devices' default memory)."""
+        """JAX's memory kind for remote buffers and host stream data (None: the devices' default memory)."""
         return HOST_MEMORY if self.remote_memory == "host" else None
 
     @property
@@ -240,7 +240,7 @@ class Program:
 
         Raises OutOfRangeError (and returns nothing) if a checked index was out of range on any replica.
         """
-        device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
+        device_inputs = self._put_inputs(inputs)
         written_in, readonly = self._split(state)
         written, outputs, error = self._step(written_in, readonly, device_inputs)
         codes = self.placement.fetch_all(error.code)
@@ -252,9 +252,13 @@ class Program:
         new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
 
+    def _put_inputs(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, jax.Array]:
+        # A run's host stream data stays on the host with the remote buffers; each host_load moves one transfer.
+        return {k: self.placement.put_local(v, self.buffer_memory_kind) for k, v in inputs.items()}
+
     def traced(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The step traced for these arguments (`jax.stages.Traced`: its jaxpr, and `.lower()`)."""
-        device_inputs = {k: self.placement.put_local(v) for k, v in inputs.items()}
+        device_inputs = self._put_inputs(inputs)
         return self._step.trace(*self._split(state), device_inputs)
 
 

@@ -49,7 +49,7 @@ def _lower_host_load(ctx: LoweringContext, attrs: Attrs) -> list[jax.Array]:
     cursor = ctx.world.cursor(stream)
     ctx.check(cursor < data.shape[0], f"host_load from stream '{stream.tensor_id}'", cursor, data.shape[0])
     ctx.world.write_cursor(stream, cursor + 1)
-    return [jax.lax.dynamic_index_in_dim(data, jnp.minimum(cursor, data.shape[0] - 1), keepdims=False)]
+    return [load_entry(data, jnp.minimum(cursor, data.shape[0] - 1), ctx.remote_memory == "host")]
 
 
 HOST_LOAD = register(OpDef("host_load", _host_load_infer, _lower_host_load, reads=_stream, writes=_stream_and_check))
