@@ -176,27 +176,40 @@ def all_reduce(ir: popxl.Ir) -> OpExample:
     return OpExample([f32(2, 3)], attrs, reference=lambda x: [jnp.broadcast_to(x.sum(0), x.shape)], replicas=2)
 
 
-def sharded_slice(ir: popxl.Ir) -> OpExample:
-    """Each of two replicas' own shard of 5 elements."""
-    attrs = {"group": all_replicas(ir), "rts": True}
+def reduce_scatter(ir: popxl.Ir) -> OpExample:
+    """Each replica's own shard of 3 of its 5 elements (popxl's 'local' op, as replica_sharded_slice).
+
+    popxl's gradient is the all-gather of every replica's output gradient (so not the exact VJP,
+    which would leave zeros outside each replica's shard).
+    """
+    attrs = {"op": "local", "group": all_replicas(ir), "rts": True}
+
+    def grads(inputs: Any, dys: Any) -> list[jax.Array]:
+        (dy,) = dys
+        everything = dy.reshape(-1)[:5]
+        return [jnp.stack([everything, everything])]
+
     return OpExample(
         [f32(2, 5)],
         attrs,
         reference=lambda x: [jnp.stack([shards(x[0], 3)[0], shards(x[1], 3)[1]])],
         replicas=2,
+        grad_reference=grads,
     )
 
 
-def reduce_scatter(ir: popxl.Ir) -> OpExample:
-    """The sum over two replicas, scattered in shards of 3."""
-    attrs = {"op": "add", "group": all_replicas(ir), "rts": False}
-    return OpExample([f32(2, 5)], attrs, reference=lambda x: [shards(x.sum(0), 3)], replicas=2)
-
-
 def all_gather(ir: popxl.Ir) -> OpExample:
-    """Both replicas' tensors, stacked on every replica."""
+    """Both replicas' tensors, stacked on every replica.
+
+    popxl's gradient is each replica's own part of its own output gradient, not the sum over replicas.
+    """
     attrs = {"group": all_replicas(ir), "shape": None}
-    return OpExample([f32(2, 3)], attrs, reference=lambda x: [jnp.stack([x, x])], replicas=2)
+
+    def grads(inputs: Any, dys: Any) -> list[jax.Array]:
+        (dy,) = dys
+        return [jnp.stack([dy[0, 0], dy[1, 1]])]
+
+    return OpExample([f32(2, 3)], attrs, reference=lambda x: [jnp.stack([x, x])], replicas=2, grad_reference=grads)
 
 
 def softmax_ref(x: jax.Array) -> jax.Array:
@@ -322,7 +335,6 @@ EXAMPLES: dict[str, Factory] = {
     "vjp": vjp,
     "replicated_all_reduce": all_reduce,
     "replicated_all_reduce_": all_reduce,
-    "replica_sharded_slice": sharded_slice,
     "replicated_reduce_scatter": reduce_scatter,
     "replicated_all_gather": all_gather,
 }

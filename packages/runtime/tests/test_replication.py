@@ -201,12 +201,14 @@ def test_collective_gradients(mode: str) -> None:
     with popxl.Session(ir, "cpu", replica_mode=mode) as s:
         out = s.run({h: x, hd: dy})[d]
     # Within a pair, every member's output is the pair's S * S (S = x_a + x_b) reduce-scattered and
-    # gathered back, so d loss / d (S*S) = the pair's summed dy, and d (S*S) / d x_m = 2 S.
+    # gathered back. popxl's all-gather gradient gives each member its own part of its own dy (rank k:
+    # elements 3k..3k+2); the reduce-scatter's gradient gathers those parts, so d (S*S) =
+    # concat(dy_a[:3], dy_b[3:]) on both members, and d (S*S) / d x_m = 2 S.
     expected = np.zeros_like(x)
-    for pair in ([0, 1], [2, 3]):
-        s_sum = x[pair].sum(0)
-        g_s2 = sum(dy[r] for r in pair)
-        for m in pair:
+    for a, b in ([0, 1], [2, 3]):
+        s_sum = x[a] + x[b]
+        g_s2 = np.concatenate([dy[a][:3], dy[b][3:]])
+        for m in (a, b):
             expected[m] = g_s2 * 2 * s_sum
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 

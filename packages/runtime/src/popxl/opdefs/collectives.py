@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from popxl.errors import AutodiffError
 from popxl.op import Attrs, Op, OpDef, create_op, register
-from popxl.opdefs.common import modifies_first, vjp_grad
+from popxl.opdefs.common import modifies_first
 from popxl.opdefs.shape import RESHAPE
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Tensor, TensorSpec
@@ -36,6 +37,8 @@ def group_of(attrs: Attrs) -> tuple[ReplicaGrouping]:
 def all_reduce_values(ctx: LoweringContext, x: jax.Array, op: str, group: ReplicaGrouping) -> jax.Array:
     """`x` reduced with `op` over the replicas of `group` (for use by lowerings)."""
     axes = ctx.group_axes(group)
+    if op == "local":  # no communication: each replica keeps its own value
+        return x
     if not axes:
         return x * x if op == "square_add" else x
     if op == "add":
@@ -55,9 +58,12 @@ def _like(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
 
 
 def _all_reduce_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    # popxl gives replicated_all_reduce no gradient; this one is the exact VJP for the linear reductions.
     (dy,) = out_grads
-    if dy is None or op.attrs["op"] not in ("add", "mean", "mul"):
+    if dy is None:
         return [None]
+    if op.attrs["op"] not in ("add", "mean", "mul", "local"):
+        raise AutodiffError(f"replicated_all_reduce with op {op.attrs['op']!r} has no gradient ({op})")
     return [create_op(ALL_REDUCE, [dy], dict(op.attrs))[0]]
 
 
@@ -107,23 +113,21 @@ def _sharded_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec
     return [TensorSpec((c,), s.dtype, meta)]
 
 
-SHARDED_SLICE = register(
-    OpDef(
-        "replica_sharded_slice",
-        _sharded_infer,
-        lambda ctx, attrs, x: [_own_shard(ctx, x, attrs["group"])],
-        grad=vjp_grad(linear=True),
-        groupings=group_of,
-    )
-)
-
-
 def _reduce_scatter_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """popart's rule: the gradient of a reduce-scatter is the all-gather of the output gradients.
+
+    popart defines it for the 'local' op (a replica's own shard: `replica_sharded_slice`,
+    `replicated_slice`), where it is not the exact VJP: every replica gets every shard's
+    gradient. For 'add' (where popart has none) the same all-gather is the exact VJP.
+    """
     (dy,) = out_grads
-    if dy is None or op.attrs["op"] != "add":
+    if dy is None:
         return [None]
-    x = op.inputs[0]
-    attrs = {"group": op.attrs["group"], "shape": x.shape}
+    if op.attrs["op"] not in ("local", "add"):
+        raise AutodiffError(
+            f"replicated_reduce_scatter with op {op.attrs['op']!r} has no gradient: popxl defines one for 'local' ({op})"
+        )
+    attrs = {"group": op.attrs["group"], "shape": op.inputs[0].shape}
     return [create_op(ALL_GATHER, [dy], attrs, names=["replicated_reduce_scatter_grad_out"])[0]]
 
 
@@ -169,10 +173,12 @@ def _lower_gather(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[jax.
 
 
 def _gather_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """popart's rule: each replica's gradient is its own shard of its output gradient (a 'local'
+    reduce-scatter), not the sum over replicas; reducing gradients is left to the program."""
     (dy,) = out_grads
     if dy is None:
         return [None]
-    attrs = {"group": op.attrs["group"], "op": "add", "rts": False}
+    attrs = {"group": op.attrs["group"], "op": "local", "rts": False}
     x = op.inputs[0]
     (dx,) = create_op(REDUCE_SCATTER, [dy], attrs, names=["replicated_all_gather_grad_out"])
     if dx.shape != x.shape:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from popxl import context
 from popxl.op import create_op
 from popxl.opdefs import collectives as c
+from popxl.ops.maths import reshape, transpose
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Tensor
 
@@ -42,7 +43,7 @@ def replicated_reduce_scatter(
 
 def replica_sharded_slice(t: Tensor, group: ReplicaGrouping | None = None) -> Tensor:
     """Each replica's own shard (flattened, padded) of its own `t`."""
-    return create_op(c.SHARDED_SLICE, [t], {"group": _group(group), "rts": True})[0]
+    return create_op(c.REDUCE_SCATTER, [t], {"op": "local", "group": _group(group), "rts": True})[0]
 
 
 def replicated_all_gather(
@@ -62,8 +63,6 @@ def replicated_all_gather(
         return create_op(c.ALL_GATHER, [t], {"group": g, "shape": t.meta_shape})[0]
     if output_shape != "concat":
         raise ValueError(f"output_shape must be 'auto', 'new_axis', 'concat' or 'meta_shape', got {output_shape!r}")
-    from popxl.ops.maths import reshape, transpose
-
     stacked = create_op(c.ALL_GATHER, [t], {"group": g, "shape": None})[0]
     axis = axis % max(t.rank, 1)
     perm = [*range(1, axis + 1), 0, *range(axis + 1, t.rank + 1)]
@@ -74,17 +73,27 @@ def replicated_all_gather(
 
 
 def replicated_slice(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = None) -> Tensor:
-    """Each replica's `rank`-th equal part of `t` along `axis`."""
-    from popxl.ops.maths import reshape, transpose
+    """Each replica's `rank`-th equal part of `t` along `axis`; an axis of one part per replica is dropped.
 
+    As in popxl, the gradient is the all-gather of every replica's output gradient.
+    """
     g = _group(group)
     axis = axis % t.rank
     if t.shape[axis] % g.group_size:
-        raise ValueError(f"Axis {axis} of {t} does not split into {g.group_size} equal parts")
+        raise ValueError(
+            f"replicated_slice: axis {axis} of {t} (size {t.shape[axis]}) does not split into "
+            f"{g.group_size} equal parts, one per replica of {g}"
+        )
     # With `axis` moved to the front, each replica's part is one contiguous flat shard.
     order = [axis, *[i for i in range(t.rank) if i != axis]]
     front = transpose(t, order) if axis else t
     part = [front.shape[0] // g.group_size, *front.shape[1:]]
-    shard = reshape(replica_sharded_slice(front, g), part)
-    back = [order.index(i) for i in range(t.rank)]
-    return transpose(shard, back) if axis else shard
+    attrs = {"op": "local", "group": g, "rts": False}
+    shard = create_op(c.REDUCE_SCATTER, [front], attrs, names=[f"{t.name.split('/')[-1]}_replicated_slice"])[0]
+    shape = part[1:] if part[0] == 1 else part
+    # popxl moves the front axis back to `axis`, even when the part's axis was dropped: that
+    # permutes the remaining axes for rank > 2. Kept, so that results match popxl's.
+    perm = list(range(len(shape)))
+    perm.insert(axis, perm.pop(0))
+    out = reshape(shard, shape)
+    return transpose(out, perm) if axis and len(shape) > 1 else out

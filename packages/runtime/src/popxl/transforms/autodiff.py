@@ -20,6 +20,7 @@ import numpy as np
 
 from popxl import context
 from popxl.creation import constant
+from popxl.errors import AutodiffError
 from popxl.grad_builder import GradBuilder
 from popxl.grad_info import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from popxl.graph import Graph, graph_input, graph_output
@@ -40,10 +41,6 @@ __all__ = [
     "depends_on",
     "grad_graph",
 ]
-
-
-class AutodiffError(RuntimeError):
-    """A gradient that cannot be built."""
 
 
 def depends_on(graph: Graph, required: Iterable[Tensor]) -> set[Tensor]:
