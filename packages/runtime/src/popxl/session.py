@@ -28,8 +28,9 @@ class Session:
     simulation ("simulate") or the former when enough devices exist ("auto").
     `remote_memory` puts remote buffers, remote variables and each run's host
     stream data in the devices' pinned host memory ("host", as an IPU keeps
-    them off-chip and streams from the host) or in device memory ("device"); None picks the environment variable POPXL_REMOTE_MEMORY
-    if set, else "host" wherever the device has such memory.
+    them off-chip and streams from the host) or in device memory ("device");
+    None picks the environment variable POPXL_REMOTE_MEMORY if set, else
+    "host" wherever the device has such memory.
     """
 
     def __init__(

@@ -125,7 +125,8 @@ def _reduce_scatter_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | N
         return [None]
     if op.attrs["op"] not in ("local", "add"):
         raise AutodiffError(
-            f"replicated_reduce_scatter with op {op.attrs['op']!r} has no gradient: popxl defines one for 'local' ({op})"
+            f"replicated_reduce_scatter with op {op.attrs['op']!r} has no gradient: "
+            f"popxl defines one for 'local' ({op})"
         )
     attrs = {"group": op.attrs["group"], "shape": op.inputs[0].shape}
     return [create_op(ALL_GATHER, [dy], attrs, names=["replicated_reduce_scatter_grad_out"])[0]]
