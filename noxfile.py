@@ -56,10 +56,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main job: the harness report over its built-in normal-vs-serialised cases."""
+    """The main job: the harness report over its built-in normal-vs-serialised cases.
+
+    Arguments after `--` are added to the report flags, e.g. `nox -s demo -- --cases scale`.
+    """
     _install(session, "harness")
     reports = ["--json", "out/harness.json", "--html", "out/harness.html", "--plot", "out/schedule.png"]
-    session.run("popxl-addons-harness", *(session.posargs or reports))
+    session.run("popxl-addons-harness", *reports, *session.posargs)
 
 
 @nox.session

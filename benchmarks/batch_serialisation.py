@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import interleaved, save
+from common import interleaved, plot_ratios, save
 from jax.ad_checkpoint import checkpoint_name
 
 import popxl
@@ -118,11 +118,12 @@ def jax_offload(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
     return jax.tree.map(lambda t: t / xs.shape[0], g)
 
 
-def jax_program(fn: Callable[..., Any], params: Any, xs: jax.Array, dys: jax.Array) -> tuple[Callable[[], Any], Any]:
-    """A run of `fn` jitted, and its compiled executable."""
-    jitted = jax.jit(fn)
-    compiled = jitted.lower(params, xs, dys).compile()
-    return (lambda: jax.block_until_ready(compiled(params, xs, dys))), compiled
+def jax_program(
+    fn: Callable[..., Any], params: Any, xs: jax.Array, dys: jax.Array
+) -> tuple[Callable[[], Any], dict[str, int]]:
+    """A run of `fn` jitted, and its memory figures."""
+    compiled = jax.jit(fn).lower(params, xs, dys).compile()
+    return (lambda: jax.block_until_ready(compiled(params, xs, dys))), memory_figures(compiled, (params, xs, dys))
 
 
 def store_cost(width: int, micro: int, steps: int, repeats: int, checks: bool, device: str) -> float:
@@ -197,11 +198,10 @@ def main() -> None:
     for steps in args.steps:
         micro = batch // steps
         xs, dys = jax.device_put((x.reshape(steps, micro, width), dy.reshape(steps, micro, width)), target)
-        run_accum, accum_compiled = jax_program(jax_accumulation, params, xs, dys)
-        run_offload, offload_compiled = jax_program(jax_offload, params, xs, dys)
+        run_accum, accum_memory = jax_program(jax_accumulation, params, xs, dys)
+        run_offload, offload_memory = jax_program(jax_offload, params, xs, dys)
         reference = np.asarray(run_accum()[0][0])
         np.testing.assert_allclose(np.asarray(run_offload()[0][0]), reference, rtol=2e-3, atol=2e-4)
-        accum_memory, offload_memory = memory_figures(accum_compiled), memory_figures(offload_compiled)
         for io_mode in args.io_modes:
             if io_mode == "io_overlapped" and steps < 2:
                 continue
@@ -259,6 +259,17 @@ def main() -> None:
             flush=True,
         )
     print(f"written to {save('batch_serialisation', figures)}")
+    groups = {
+        f"{r['io_mode']} x{r['steps']}": {
+            "device bytes / un-serialised": r["device_ratio_host_vs_normal"],
+            "time / JAX accumulation": r["time_ratio_vs_jax_accum"],
+            "time / JAX offload": r["time_ratio_vs_jax_offload"],
+            "time unchecked / JAX accumulation": r["time_ratio_unchecked_vs_jax_accum"],
+        }
+        for r in figures["runs"]
+    }
+    title = f"Batch serialisation, host placement ({figures['device']}, batch {batch}, width {width})"
+    print(f"picture in {plot_ratios('batch_serialisation', title, groups)}")
 
 
 if __name__ == "__main__":

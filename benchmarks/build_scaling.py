@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import interleaved, save
+from common import interleaved, plot_ratios, save
 
 import popxl
 from popxl import ops
@@ -176,6 +176,12 @@ def main() -> None:
         f"({compiled['popxl']:.2f} s / {compiled['jax']:.2f} s)"
     )
     print(f"written to {path}")
+    groups = {
+        "build + autodiff / make_jaxpr": {"popxl / JAX": figures["build_ratio_popxl_over_jax"]},
+        "Session compile / jit compile": {"popxl / JAX": figures["compile_ratio_popxl_over_jax"]},
+    }
+    title = f"Graph building, {args.blocks} blocks, {tokens} tokens x {args.width} ({figures['device']})"
+    print(f"picture in {plot_ratios('build_scaling', title, groups)}")
 
 
 if __name__ == "__main__":

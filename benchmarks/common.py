@@ -40,3 +40,31 @@ def save(name: str, figures: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(figures, indent=2))
     return path
+
+
+def plot_ratios(name: str, title: str, groups: Mapping[str, Mapping[str, float]], target: float | None = None) -> Path:
+    """A bar chart of ratios (one bar per series in each group) to out/bench/<name>.png, 1.0 and `target` marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = list(dict.fromkeys(k for g in groups.values() for k in g))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(len(series), 1) * 0.5 + 2), 3.6))
+    width = 0.8 / max(len(series), 1)
+    for k, label in enumerate(series):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        ax.bar(xs, [g.get(label, float("nan")) for g in groups.values()], width, label=label)
+    ax.axhline(1.0, color="black", lw=0.8)
+    if target is not None:
+        ax.axhline(target, color="red", lw=0.8, ls="--", label=f"target {target:g}")
+    ax.set_xticks(range(len(groups)), list(groups), rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ratio (lower is better)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

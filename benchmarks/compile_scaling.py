@@ -9,7 +9,7 @@ import statistics
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import interleaved, save, timed
+from common import interleaved, plot_ratios, save, timed
 
 import popxl
 from popxl import ops
@@ -71,9 +71,9 @@ def mlp_figures(batch: int, width: int, layers: int, repeats: int) -> dict[str, 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--repeats", type=int, default=30)
-    p.add_argument("--batch", type=int, default=256)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--repeats", type=int, default=30, help="timed repeats of the MLP, interleaved")
+    p.add_argument("--batch", type=int, default=256, help="rows of the MLP forward")
     args = p.parse_args()
     pairs = [(compile_seconds(2), compile_seconds(256)) for _ in range(3)]
     c2 = statistics.median(a for a, _ in pairs)
@@ -99,6 +99,11 @@ def main() -> None:
         f"({mlp['popxl_s'] * 1e3:.2f} ms / {mlp['jax_s'] * 1e3:.2f} ms)"
     )
     print(f"written to {path}")
+    groups = {
+        "compile: repeat 256 / repeat 2": {"ratio": figures["compile_ratio_256_over_2"]},
+        "MLP forward: popxl / JAX": {"ratio": figures["mlp_ratio_popxl_over_jax"]},
+    }
+    print(f"picture in {plot_ratios('compile_scaling', 'Compile scaling and run time', groups)}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 import numpy as np  # noqa: E402
-from common import interleaved, save  # noqa: E402
+from common import interleaved, plot_ratios, save  # noqa: E402
 
 import popxl  # noqa: E402
 from popxl import ops  # noqa: E402
@@ -38,10 +38,10 @@ def program(size: int, layers: int) -> tuple[popxl.Ir, popxl.HostToDeviceStream,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=15)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--size", type=int, default=256, help="width of the all-reduced matrices")
+    p.add_argument("--layers", type=int, default=8, help="rounds of three all-reduces")
+    p.add_argument("--repeats", type=int, default=15, help="timed repeats, interleaved")
     args = p.parse_args()
     x = np.random.default_rng(0).normal(size=(REPLICAS, args.size, args.size)).astype(np.float32)
     sessions, streams = {}, {}
@@ -67,6 +67,8 @@ def main() -> None:
         f"devices / simulate = {figures['ratio_devices_over_simulate']:.3f}"
     )
     print(f"written to {path}")
+    groups = {"8 replicas": {"one device per replica / simulated": figures["ratio_devices_over_simulate"]}}
+    print(f"picture in {plot_ratios('replication', 'Replica modes', groups)}")
 
 
 if __name__ == "__main__":

@@ -299,3 +299,21 @@ def test_validation() -> None:
     ir4 = popxl.Ir(replication=4)
     with ir4.main_graph, pytest.raises(ValueError, match="Can't shard tensor with 6 elements over 4"):
         batch_serial_buffer(popxl.TensorSpec(SHAPE, popxl.float32), 2, 1, ir4.replica_grouping(1, 4))
+
+
+def test_an_out_of_range_row_is_named_by_row_and_step() -> None:
+    ir = new_ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        factories, graph = graph_of(ir)
+        x_in, y_out = graph.graph.inputs[0], graph.graph.outputs[0]
+        out = batch_serial_buffer(y_out, steps=3, rows=2)
+        x = popxl.h2d_stream(SHAPE, popxl.float32, "x")
+        result = batch_serialise(graph, 3, {x_in: x}, {}, {y_out: (out, 0)}, rows=2, io_mode="compute")
+        row = popxl.h2d_stream((), popxl.int32, "row")
+        result.graph.bind(factories.init()).call(ops.host_load(row))
+    ir.num_host_transfers = 3
+    with popxl.Session(ir, "cpu") as session:
+        feeds = {x: np.zeros((3, *SHAPE), np.float32)}
+        session.run({**feeds, row: np.full(3, 1, np.int32)})
+        with pytest.raises(popxl.OutOfRangeError, match=r"index 6 is out of range \[0, 6\) \(row 2, step 0 of rows"):
+            session.run({**feeds, row: np.full(3, 2, np.int32)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from popxl import context, dtypes
@@ -22,6 +23,8 @@ class RemoteBuffer:
         self.tensor_shape = tuple(int(s) for s in tensor_shape)
         self.tensor_dtype = tensor_dtype
         self.meta_shape: tuple[int, ...] = ()
+        # How error messages name entry i; transforms that lay entries out (rows of steps) set it.
+        self.name_entry: Callable[[int], str] | None = None
         self.remote_buffer_id = ir._next_buffer_id()
         self._entries = 1
         self.entries = entries

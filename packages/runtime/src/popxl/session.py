@@ -10,7 +10,6 @@ import numpy as np
 from popxl import dtypes
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
-from popxl.lowering.memory import memory_figures
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -189,7 +188,7 @@ class Session:
         `alias` and `code`.
         """
         self._require_attached("memory_analysis")
-        return memory_figures(self.traced(inputs).lower().compile())
+        return self._program.memory(self._state, self._validated_inputs(dict(inputs or {})))
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the host value of `tensor` (and the device value when attached)."""

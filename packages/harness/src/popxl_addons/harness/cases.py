@@ -101,6 +101,13 @@ class Variant:
     remote_memory: str = "host"
 
     @property
+    def skip_reason(self) -> str | None:
+        """Why the variant cannot run as asked, or None."""
+        if self.io_mode == "io_overlapped" and self.steps < 2:
+            return f"io_overlapped needs at least 2 steps (this variant has {self.steps}); 'io' covers it"
+        return None
+
+    @property
     def label(self) -> str:
         """The settings, such as `io_overlapped-steps4-rows2-tp4xdp2-host`."""
         parts = [self.io_mode, f"steps{self.steps}", f"rows{self.rows}"]

@@ -4,72 +4,174 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import multiprocessing
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from popxl_addons.core import IO_MODES
+from popxl_addons.core import IO_MODES, Module
 from popxl_addons.harness.builtin import BUILTIN_CASES
 from popxl_addons.harness.cases import REMOTE_MEMORIES, Case, Variant
 from popxl_addons.harness.equivalence import Outcome, TensorReport, check
 
+DESCRIPTION = """\
+Check that batch-serialised modules compute what the plain modules compute.
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(",") if v)
+Each variant runs a module two ways on the same random data: micro-batch by
+micro-batch with no transform, and batch-serialised; then it compares every
+output, input gradient and accumulated weight gradient. Without a TARGET the
+built-in cases run.
+
+  steps     micro-batches one call of the serialised graph loops over
+  rows      calls of the serialised graph per run, each on its own rows of
+            the remote buffers (row offsets select the entries)
+  io_modes  compute: transfers on the compute tiles, in step order
+            io: transfers on the IO tiles, in step order
+            io_overlapped: step i+1 loaded and step i-1 stored while step i
+            computes (needs 2 or more steps)
+"""
+
+
+class UsageError(Exception):
+    """Bad input, reported as one line naming what was wrong."""
+
+
+def _positive_ints(flag: str) -> Callable[[str], tuple[int, ...]]:
+    def parse(text: str) -> tuple[int, ...]:
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated positive integers, e.g. 4,8; got {text!r}")
+        return tuple(int(p) for p in parts)
+
+    parse.__name__ = flag
+    return parse
+
+
+def _choices(flag: str, allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(v.strip() for v in text.split(",") if v.strip())
+        unknown = [v for v in values if v not in allowed]
+        if not values or unknown:
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a comma-separated subset of {','.join(allowed)}; got {text!r}"
+            )
+        return values
+
+    parse.__name__ = flag
+    return parse
+
+
+def _kwargs(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"--kwargs takes a JSON object, e.g. '{{\"out_features\": 4}}': {e}") from e
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"--kwargs takes a JSON object of constructor arguments, got {text!r}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a number of worker processes >= 1, got {text!r}")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
-        prog="popxl-addons-harness",
-        description="Check that batch-serialised modules compute what the plain modules compute.",
+        prog="popxl-addons-harness", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("target", nargs="?", help="MODULE:CLASS of a popxl_addons Module (default: the built-in cases)")
-    p.add_argument("--input-shape", type=_ints, help="shape of the module's one input, e.g. 4,8 (with a target)")
     p.add_argument(
-        "--kwargs", type=json.loads, default={}, help="constructor arguments as JSON, e.g. '{\"out_features\": 4}'"
+        "target",
+        nargs="?",
+        metavar="MODULE:ATTR",
+        help="a popxl_addons Module class (or a function returning a Module) to check, e.g. mymodel:Block; "
+        "MODULE is imported as `python -m` would, from the working folder first",
     )
-    p.add_argument("--grad", action="store_true", help="serialise forward and gradient (with a target)")
-    p.add_argument("--steps", type=_ints, help="step counts, e.g. 1,2,4")
-    p.add_argument("--rows", type=_ints, help="row counts, e.g. 1,2")
-    p.add_argument("--io-modes", type=lambda s: tuple(s.split(",")), help=f"subset of {','.join(IO_MODES)}")
+    p.add_argument(
+        "--input-shape",
+        type=_positive_ints("--input-shape"),
+        help="shape of one micro-batch of the module's one input, e.g. 4,8 (needed with a target)",
+    )
+    p.add_argument("--kwargs", type=_kwargs, default={}, help="constructor arguments as a JSON object")
+    p.add_argument("--grad", action="store_true", help="serialise forward and gradient together (with a target)")
+    p.add_argument("--steps", type=_positive_ints("--steps"), help="step counts to check, e.g. 1,2,4")
+    p.add_argument("--rows", type=_positive_ints("--rows"), help="row counts to check, e.g. 1,2")
+    p.add_argument("--io-modes", type=_choices("--io-modes", IO_MODES), help=f"subset of {','.join(IO_MODES)}")
     p.add_argument(
         "--remote-memories",
-        type=lambda s: tuple(s.split(",")),
+        type=_choices("--remote-memories", REMOTE_MEMORIES),
         help=f"where remote buffers live, a subset of {','.join(REMOTE_MEMORIES)} (default: both)",
     )
     p.add_argument("--cases", type=lambda s: tuple(s.split(",")), help="built-in case names to run")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
-    p.add_argument("--no-measure", action="store_true", help="skip timing and XLA memory figures")
-    p.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    p.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1, help="worker processes (default: one per core)")
+    p.add_argument("--no-measure", action="store_true", help="skip timing and memory figures")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON, errors with their tracebacks")
     p.add_argument("--html", metavar="PATH", help="write the report as HTML")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG timeline of the serialised schedules")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG of each case's serialised schedule, per io_mode")
     return p
+
+
+def load_target(target: str) -> Callable[..., Module]:
+    """The Module class or factory named `module:attr`, imported from the working folder first."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"TARGET must be MODULE:ATTR, e.g. mymodel:Block; got {target!r}")
+    # As `python -m` does: the working folder comes first on the import path.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and module_name.startswith(e.name):
+            raise UsageError(
+                f"cannot find module {module_name!r}: not in the working folder {cwd} nor on the import path"
+            ) from e
+        raise UsageError(f"importing module {module_name!r} failed: {e}") from e
+    except Exception as e:
+        raise UsageError(f"importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
+    if not hasattr(module, attr):
+        where = getattr(module, "__file__", module_name)
+        raise UsageError(f"module {module_name!r} ({where}) has no attribute {attr!r}")
+    obj = getattr(module, attr)
+    if inspect.isclass(obj) and issubclass(obj, Module):
+        return obj
+    if callable(obj) and not inspect.isclass(obj):
+        return obj  # type: ignore[no-any-return]
+    raise UsageError(
+        f"{target} is {type(obj).__name__} {obj!r}, not a popxl_addons Module class or a function returning one"
+    )
 
 
 def select_cases(args: argparse.Namespace) -> list[Case]:
     """The cases the arguments ask for."""
     if args.target:
-        module_name, _, class_name = args.target.partition(":")
-        if not class_name or not args.input_shape:
-            raise SystemExit("a target is MODULE:CLASS and needs --input-shape")
-        cls = getattr(importlib.import_module(module_name), class_name)
+        if not args.input_shape:
+            raise UsageError("a TARGET needs --input-shape, the shape of one micro-batch of its input, e.g. 4,8")
+        factory = load_target(args.target)
         kwargs = dict(args.kwargs)
-        cases = [Case(class_name, lambda layout: cls(**kwargs), tuple(args.input_shape), grad=args.grad)]
+        name = args.target.partition(":")[2]
+        cases = [Case(name, lambda layout: _built(factory, kwargs, args.target), args.input_shape, grad=args.grad)]
     else:
+        known = {c.name for c in BUILTIN_CASES}
+        unknown = [c for c in args.cases or () if c not in known]
+        if unknown:
+            raise UsageError(
+                f"--cases: unknown case(s) {', '.join(unknown)}; built-in cases: {', '.join(sorted(known))}"
+            )
         cases = [c for c in BUILTIN_CASES if not args.cases or c.name in args.cases]
-        if args.cases and len(cases) != len(args.cases):
-            known = ", ".join(c.name for c in BUILTIN_CASES)
-            raise SystemExit(f"unknown case in {args.cases}; built-in cases: {known}")
     changes: dict[str, Any] = {}
     for key in ("steps", "rows", "io_modes", "remote_memories"):
         if getattr(args, key):
@@ -77,73 +179,159 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
     return [replace(c, **changes) for c in cases]
 
 
-def _check_in_worker(argv: Sequence[str], index: int, measure: bool) -> tuple[int, Any, Any, Any, Any]:
+def _built(factory: Callable[..., Module], kwargs: dict[str, Any], target: str) -> Module:
+    module = factory(**kwargs)
+    if not isinstance(module, Module):
+        raise TypeError(f"{target}(**{kwargs}) returned {type(module).__name__}, not a popxl_addons Module")
+    return module
+
+
+def _check_in_worker(argv: Sequence[str], index: int, measure: bool) -> tuple[int, dict[str, Any]]:
     variants = [v for c in select_cases(parser().parse_args(argv)) for v in c.variants()]
     o = check(variants[index], measure)
-    return index, [t.__dict__ for t in o.tensors], o.memory, o.seconds, o.error
+    fields = {"memory": o.memory, "seconds": o.seconds, "error": o.error, "warnings": o.warnings}
+    return index, {"tensors": [t.__dict__ for t in o.tensors], **fields}
+
+
+class _PlainProgress:
+    """Progress as plain lines for logs: every 10% of the variants or every 10 seconds."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console, self.total, self.done = console, total, 0
+        self.start = self.last = time.monotonic()
+        self.next_share = 0.1
+
+    def advance(self, variant: Variant) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.done / self.total >= self.next_share or now - self.last >= 10 or self.done == self.total:
+            elapsed = now - self.start
+            eta = elapsed / self.done * (self.total - self.done)
+            self.console.print(
+                f"[harness] {self.done}/{self.total} variants ({100 * self.done // self.total}%), "
+                f"{elapsed:.0f} s elapsed, about {eta:.0f} s left; last: {variant.id}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            self.last = now
+            while self.next_share <= self.done / self.total:
+                self.next_share += 0.1
 
 
 def run_all(argv: Sequence[str], variants: list[Variant], jobs: int, measure: bool, console: Console) -> list[Outcome]:
-    """Check every variant, in `jobs` processes, with a progress bar."""
+    """Check every variant, in `jobs` processes, showing progress."""
     outcomes: list[Outcome | None] = [None] * len(variants)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("checking", total=len(variants))
-        if jobs <= 1:
-            for i, v in enumerate(variants):
-                progress.update(task, description=v.id)
-                outcomes[i] = check(v, measure)
-                progress.advance(task)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-                futures = [pool.submit(_check_in_worker, list(argv), i, measure) for i in range(len(variants))]
-                for future in as_completed(futures):
-                    i, tensors, memory, seconds, error = future.result()
-                    outcome = Outcome(variants[i], [TensorReport(**t) for t in tensors], memory, seconds, error)
-                    outcomes[i] = outcome
-                    progress.update(task, description=variants[i].id)
-                    progress.advance(task)
+    todo = [i for i, v in enumerate(variants) if v.skip_reason is None]
+    for i, v in enumerate(variants):
+        if v.skip_reason is not None:
+            outcomes[i] = Outcome(v, skipped=v.skip_reason)
+    if console.is_terminal:
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("starting", total=len(todo))
+            _run(
+                argv,
+                variants,
+                todo,
+                jobs,
+                measure,
+                outcomes,
+                lambda v: progress.update(task, advance=1, description=v.id),
+            )
+        return [o for o in outcomes if o is not None]
+    plain = _PlainProgress(console, max(len(todo), 1))
+    _run(argv, variants, todo, jobs, measure, outcomes, plain.advance)
     return [o for o in outcomes if o is not None]
 
 
+def _run(
+    argv: Sequence[str],
+    variants: list[Variant],
+    todo: list[int],
+    jobs: int,
+    measure: bool,
+    outcomes: list[Outcome | None],
+    done: Callable[[Variant], None],
+) -> None:
+    if jobs <= 1:
+        for i in todo:
+            outcomes[i] = check(variants[i], measure)
+            done(variants[i])
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = [pool.submit(_check_in_worker, list(argv), i, measure) for i in todo]
+        for future in as_completed(futures):
+            i, fields = future.result()
+            fields["tensors"] = [TensorReport(**t) for t in fields["tensors"]]
+            outcomes[i] = Outcome(variants[i], **fields)
+            done(variants[i])
+
+
 def write_plot(cases: list[Case], path: str) -> None:
-    """Plot the schedules of the first forward case at its largest step count, one panel per io_mode."""
+    """Plot each case's serialised schedule at its largest step count, one panel per io_mode."""
     from popxl_addons.harness.plot import plot_schedules
     from popxl_addons.harness.programs import serialised_program
     from popxl_addons.harness.schedule import schedule
 
-    case = next((c for c in cases if not c.grad), cases[0])
-    steps = max(case.steps)
-    schedules = {}
-    for mode in case.io_modes:
-        variant = Variant(case, mode, steps, 1, case.stores[0], case.loads[0], case.layouts[0], case.remote_memories[0])
-        program = serialised_program(variant)
-        assert program.serialised is not None and program.compute is not None
-        schedules[mode] = schedule(program.serialised, program.compute)
-    plot_schedules(schedules, path, f"{case.name}: {steps} steps, as the serialised graph orders its ops")
+    panels = {}
+    for case in cases:
+        steps = max(case.steps)
+        for mode in case.io_modes:
+            variant = Variant(case, mode, steps, 1, case.stores[0], case.loads[0], case.layouts[0])
+            if variant.skip_reason is not None:
+                continue
+            program = serialised_program(variant)
+            assert program.serialised is not None and program.compute is not None
+            loops = {"forward": schedule(program.serialised, program.compute)}
+            if program.serialised_grad is not None and program.compute_grad is not None:
+                loops["backward"] = schedule(program.serialised_grad, program.compute_grad)
+            panels[(f"{case.name}, {steps} steps", mode)] = loops
+    plot_schedules(panels, path)
+
+
+def _console() -> Console:
+    # In a pipe or a log, rich would assume 80 columns; COLUMNS, when set, says better.
+    return Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120")))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the harness; returns 1 when any variant does not match."""
+    """Run the harness; returns 1 when any variant fails or errs, 2 for bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    console = _console()
     args = parser().parse_args(argv)
-    # Wide enough for the table when the output is not a terminal (CI logs, pipes).
-    console = Console(width=None if sys.stdout.isatty() else 130)
-    cases = select_cases(args)
+    try:
+        cases = select_cases(args)
+    except UsageError as e:
+        print(f"popxl-addons-harness: error: {e}", file=sys.stderr)
+        return 2
     variants = [v for c in cases for v in c.variants()]
     replicas = max(layout.replication for c in cases for layout in c.layouts)
     # One CPU device per replica, for this process and the workers (before JAX starts its backends).
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={max(replicas, 1)}")
-    console.print(f"{len(variants)} variants of {len(cases)} case(s), {args.jobs} worker(s)")
+    skipped = sum(v.skip_reason is not None for v in variants)
+    console.print(
+        f"{len(variants)} variants of {len(cases)} case(s) ({skipped} skipped), {args.jobs} worker(s)",
+        highlight=False,
+    )
     outcomes = run_all(argv, variants, args.jobs, not args.no_measure, console)
     from popxl_addons.harness import report
 
-    console.print(report.table(outcomes))
-    failed = [o for o in outcomes if not o.passed]
-    for o in failed:
-        console.print(o.report(), markup=False)
-    console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed")
+    console.print(report.table(outcomes, console.width))
+    for line in [*report.skipped_lines(outcomes), *report.repeated_warnings(outcomes)]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for o in outcomes:
+        if o.verdict == "FAIL":
+            console.print(o.report(), markup=False, highlight=False, soft_wrap=True)
+    console.print(report.case_summary(outcomes))
     for path in (args.json, args.html, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -151,9 +339,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write_json(outcomes, args.json)
     if args.html:
         report.write_html(outcomes, args.html)
+    errors = [o for o in outcomes if o.verdict == "ERROR"]
+    if errors:
+        where = f" (tracebacks in {args.json or args.html})" if args.json or args.html else " (--json keeps tracebacks)"
+        console.print(
+            f"{len(errors)} variant(s) could not be built or run{where}", markup=False, highlight=False, soft_wrap=True
+        )
     if args.plot:
-        write_plot(cases, args.plot)
-        console.print(f"schedule plot written to {args.plot}")
+        try:
+            write_plot(cases, args.plot)
+            console.print(f"schedule plot written to {args.plot}", markup=False, highlight=False, soft_wrap=True)
+        except Exception as e:  # the report is out already; a picture that cannot be drawn is said once
+            console.print(f"no schedule plot: {type(e).__name__}: {e}", markup=False, highlight=False, soft_wrap=True)
+    failed = [o for o in outcomes if o.verdict in ("FAIL", "ERROR")]
     return 1 if failed else 0
 
 

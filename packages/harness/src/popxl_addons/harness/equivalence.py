@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,33 +44,91 @@ class TensorReport:
         return f"{self.name}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g} at {self.where} [{status}]"
 
 
+VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")
+
+
 @dataclass
 class Outcome:
-    """The result of checking one variant."""
+    """The result of checking one variant.
+
+    Its verdict is PASS (every tensor matched), FAIL (numbers differ), ERROR
+    (the programs could not be built or run: `error` is the traceback) or SKIP
+    (the variant cannot run as asked: `skipped` says why).
+    """
 
     variant: Variant
     tensors: list[TensorReport] = field(default_factory=list)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    skipped: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """PASS, FAIL, ERROR or SKIP."""
+        if self.skipped is not None:
+            return "SKIP"
+        if self.error is not None or not self.tensors:
+            return "ERROR"
+        return "PASS" if all(t.ok for t in self.tensors) else "FAIL"
 
     @property
     def passed(self) -> bool:
         """Whether every tensor matched and nothing failed."""
-        return self.error is None and bool(self.tensors) and all(t.ok for t in self.tensors)
+        return self.verdict == "PASS"
 
     @property
     def max_abs(self) -> float:
         """Largest absolute error over all tensors."""
         return max((t.max_abs for t in self.tensors), default=float("nan"))
 
+    @property
+    def summary(self) -> str:
+        """One line: the worst mismatch, the error's last line, or why the variant was skipped."""
+        if self.skipped is not None:
+            return self.skipped
+        if self.error is not None:
+            last = [line for line in self.error.strip().splitlines() if line.strip()]
+            return last[-1].strip() if last else "error"
+        worst = max(self.tensors, key=lambda t: (not t.ok, t.max_abs), default=None)
+        if worst is None:
+            return "nothing was compared"
+        if worst.ok:
+            return f"max abs error {worst.max_abs:.2g} ({worst.name})"
+        return f"{worst.name} differs by {worst.max_abs:.3g} at {worst.where}"
+
     def report(self) -> str:
         """A readable account of every tensor, or of the failure."""
-        lines = [f"{self.variant.id}: {'passed' if self.passed else 'FAILED'}"]
+        lines = [f"{self.variant.id}: {self.verdict}"]
         if self.error:
             lines.append(self.error)
         lines.extend("  " + t.describe() for t in self.tensors)
         return "\n".join(lines)
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+@contextmanager
+def collected_warnings(into: list[str]) -> Iterator[None]:
+    """Collect the warnings and logged warnings raised inside, instead of printing them."""
+    handler = _Collect(into)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        into.extend(str(w.message) for w in caught)
+    finally:
+        root.removeHandler(handler)
 
 
 def compare(name: str, actual: Array, expected: Array, rtol: float, atol: float) -> TensorReport:
@@ -120,13 +182,16 @@ def _expected_order(variant: Variant) -> list[int]:
 
 def check(variant: Variant, measure: bool = False) -> Outcome:
     """Build, run and compare the normal and serialised programs of `variant`."""
-    outcome = Outcome(variant)
+    outcome = Outcome(variant, skipped=variant.skip_reason)
+    if outcome.skipped is not None:
+        return outcome
     try:
-        normal, serial = normal_program(variant), serialised_program(variant)
-        data = host_data(variant, normal, np.random.default_rng(variant.case.seed))
-        memory = variant.remote_memory
-        expected, t_normal, m_normal = _run(normal, data, variant.case.seed, measure, memory)
-        actual, t_serial, m_serial = _run(serial, data, variant.case.seed, measure, memory)
+        with collected_warnings(outcome.warnings):
+            normal, serial = normal_program(variant), serialised_program(variant)
+            data = host_data(variant, normal, np.random.default_rng(variant.case.seed))
+            memory = variant.remote_memory
+            expected, t_normal, m_normal = _run(normal, data, variant.case.seed, measure, memory)
+            actual, t_serial, m_serial = _run(serial, data, variant.case.seed, measure, memory)
     except Exception:  # reported per variant, so that one failure does not hide the others
         outcome.error = traceback.format_exc()
         return outcome

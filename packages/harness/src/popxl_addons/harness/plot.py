@@ -1,4 +1,4 @@
-"""A picture of serialised schedules: load, compute and store lanes per step, one panel per io_mode."""
+"""A picture of serialised schedules: a panel per case and io_mode, a lane per loop and kind of work."""
 
 from __future__ import annotations
 
@@ -9,35 +9,64 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 from popxl_addons.harness.schedule import LANES, Event
 
+Panels = Mapping[tuple[str, str], Mapping[str, Sequence[Event]]]
 
-def plot_schedules(schedules: Mapping[str, Sequence[Event]], path: str | Path, title: str) -> None:
-    """Write a PNG with one timeline panel per io_mode."""
-    fig, axes = plt.subplots(len(schedules), 1, figsize=(11, 1.9 * len(schedules) + 0.8), squeeze=False)
+NOTE = (
+    "Execution order, not a measured timeline: each box is one step's loads, compute or stores, "
+    "numbered by step; hatched boxes are placed on IO tiles. A GPU timeline would show io_overlapped's "
+    "transfers beside the compute."
+)
+
+
+def _draw(ax: Axes, loops: Mapping[str, Sequence[Event]]) -> None:
     cmap = plt.get_cmap("tab10")
-    for ax, (mode, events) in zip(axes[:, 0], schedules.items()):
+    labels: list[str] = []
+    offset = 0
+    for loop, events in loops.items():
         order = sorted({e.position for e in events})
-        slot = {p: i for i, p in enumerate(order)}
+        slot = {p: offset + i for i, p in enumerate(order)}
         for e in events:
-            y = len(LANES) - 1 - LANES.index(e.lane)
+            y = -(len(labels) + LANES.index(e.lane))
             hatch = "///" if e.tile_set == "io" else None
-            ax.barh(
-                y, 0.9, left=slot[e.position], color=cmap(e.step % 10), edgecolor="black", linewidth=0.5, hatch=hatch
-            )
-            label_box = {"facecolor": "white", "edgecolor": "none", "pad": 1}
-            ax.text(slot[e.position] + 0.45, y, f"{e.step}", ha="center", va="center", fontsize=9, bbox=label_box)
-        ax.set_yticks(range(len(LANES)), list(reversed(LANES)))
-        ax.set_xlim(-0.2, len(order) + 0.1)
-        ax.set_xticks([])
-        ax.set_title(f"io_mode = {mode!r}", fontsize=10, loc="left")
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-    axes[-1, 0].set_xlabel(
-        "execution order: each box is one step's transfers or compute; hatched boxes run on IO tiles"
+            ax.barh(y, 0.9, left=slot[e.position], color=cmap(e.step % 10), edgecolor="black", lw=0.5, hatch=hatch)
+            box = {"facecolor": "white", "edgecolor": "none", "pad": 1}
+            ax.text(slot[e.position] + 0.45, y, str(e.step), ha="center", va="center", fontsize=8, bbox=box)
+        labels.extend(f"{loop} {lane}" if len(loops) > 1 else lane for lane in LANES)
+        offset += len(order) + 1
+    ax.set_yticks([-i for i in range(len(labels))], labels, fontsize=8)
+    ax.set_xlim(-0.2, max(offset - 1, 1) + 0.1)
+    ax.set_xticks([])
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def plot_schedules(panels: Panels, path: str | Path) -> None:
+    """Write a PNG with one panel per (case, io_mode): the forward loop and, for gradient cases, the backward."""
+    cases = list(dict.fromkeys(case for case, _ in panels))
+    modes = list(dict.fromkeys(mode for _, mode in panels))
+    heights = [max(len(panels[(c, m)]) for m in modes if (c, m) in panels) for c in cases]
+    fig, axes = plt.subplots(
+        len(cases),
+        len(modes),
+        figsize=(5.2 * len(modes), sum(1.1 * h + 0.7 for h in heights) + 0.8),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
     )
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    for row, case in enumerate(cases):
+        for col, mode in enumerate(modes):
+            ax = axes[row, col]
+            if (case, mode) not in panels:
+                ax.set_axis_off()
+                ax.set_title(f"{case}: {mode} not run", fontsize=9, loc="left")
+                continue
+            _draw(ax, panels[(case, mode)])
+            ax.set_title(f"{case}: io_mode {mode!r}", fontsize=9, loc="left")
+    fig.suptitle("Serialised schedules, from each case's own serialised graph", fontsize=11)
+    fig.text(0.01, 0.005, NOTE, fontsize=8, wrap=True)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=100)
     plt.close(fig)

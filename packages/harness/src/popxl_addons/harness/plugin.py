@@ -30,7 +30,9 @@ class HarnessItem(pytest.Item):
         self.variant = variant
 
     def runtest(self) -> None:
-        """Check the variant."""
+        """Check the variant (skipped, with its reason, when it cannot run as asked)."""
+        if self.variant.skip_reason is not None:
+            pytest.skip(self.variant.skip_reason)
         outcome = check(self.variant)
         if not outcome.passed:
             raise HarnessMismatchError(outcome.report())

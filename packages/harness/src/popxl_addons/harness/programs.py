@@ -37,6 +37,8 @@ class Program:
     results: NamedTensors = field(default_factory=NamedTensors)
     serialised: popxl.Graph | None = None
     compute: popxl.Graph | None = None
+    serialised_grad: popxl.Graph | None = None
+    compute_grad: popxl.Graph | None = None
 
 
 def _ir(variant: Variant) -> popxl.Ir:
@@ -245,6 +247,7 @@ def _serialise_fwd_and_grad(
         io_mode=variant.io_mode,
     )
     program.serialised = fwd.graph.graph
+    program.serialised_grad, program.compute_grad = grad.graph.graph, dgraph.graph
     grad_vars = program.results.copy()
     grad_vars.update(program.weights)
     fwd_bound = fwd.graph.bind(program.weights)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +21,22 @@ class CheckSites:
     def __init__(self) -> None:
         self.descriptions: list[str] = []
         self._codes: dict[str, int] = {}
+        self._index_names: dict[int, Callable[[int], str]] = {}
 
-    def code(self, description: str) -> int:
-        """The code of the check described by `description`."""
+    def code(self, description: str, name_index: Callable[[int], str] | None = None) -> int:
+        """The code of the check described by `description`; `name_index` names an index in messages."""
         if description not in self._codes:
             self.descriptions.append(description)
             self._codes[description] = len(self.descriptions)
+            if name_index is not None:
+                self._index_names[len(self.descriptions)] = name_index
         return self._codes[description]
+
+    def message(self, code: int, index: int) -> str:
+        """What failed check `code` at `index` means."""
+        text = self.descriptions[code - 1].format(index=index)
+        name = self._index_names.get(code)
+        return f"{text} ({name(index)})" if name is not None else text
 
 
 class LoweringContext:
@@ -50,11 +59,13 @@ class LoweringContext:
         self.sites = sites
         self.remote_memory = remote_memory
 
-    def check(self, ok: jax.Array, what: str, index: jax.Array, bound: int) -> None:
+    def check(
+        self, ok: jax.Array, what: str, index: jax.Array, bound: int, name_index: Callable[[int], str] | None = None
+    ) -> None:
         """Record a failed check (the first per replica) unless checks are off."""
         if self.sites is None:
             return
-        code = self.sites.code(f"{what}: index {{index}} is out of range [0, {bound})")
+        code = self.sites.code(f"{what}: index {{index}} is out of range [0, {bound})", name_index)
         state = self.world.check_state
         fresh = (state.code == 0) & jnp.logical_not(ok)
         self.world.write_check_state(

@@ -26,25 +26,30 @@ def _kind(sharding: jax.sharding.Sharding) -> str:
     return "host" if sharding.memory_kind in HOST_KINDS else "device"
 
 
-def memory_figures(compiled: Any) -> dict[str, int]:
-    """XLA's figures for `compiled` (bytes per device) with `device_bytes` and `host_bytes` added."""
+def memory_figures(compiled: Any, arguments: Any) -> dict[str, int]:
+    """XLA's figures for `compiled` (bytes per device) with `device_bytes` and `host_bytes` added.
+
+    `arguments` are the arrays it was compiled for (any pytree): each counts where
+    it lives, even when XLA leaves it out of the executable because nothing reads it.
+    """
     stats = compiled.memory_analysis()
-    args = jax.tree.leaves(compiled.args_info, is_leaf=lambda x: hasattr(x, "donated"))
-    in_shardings = jax.tree.leaves(compiled.input_shardings)
+    infos = jax.tree.leaves(compiled.args_info, is_leaf=lambda x: hasattr(x, "donated"))
+    arrays = jax.tree.leaves(arguments)
     outs = jax.tree.leaves(compiled.out_info)
     totals: Counter[str] = Counter()
     donated: Counter[tuple[Any, ...]] = Counter()
-    for arg, sharding in zip(args, in_shardings, strict=True):
-        size = _per_device_bytes(arg.shape, arg.dtype, sharding)
+    for info, array in zip(infos, arrays, strict=True):
+        sharding = array.sharding
+        size = _per_device_bytes(array.shape, array.dtype, sharding)
         totals[_kind(sharding)] += size
-        if arg.donated:
-            donated[(arg.shape, str(arg.dtype), _kind(sharding))] += 1
+        if info.donated:
+            donated[(tuple(array.shape), str(array.dtype), _kind(sharding))] += 1
     aliased: Counter[str] = Counter()
     for out in outs:
         size = _per_device_bytes(out.shape, out.dtype, out.sharding)
         kind = _kind(out.sharding)
         totals[kind] += size
-        key = (out.shape, str(out.dtype), kind)
+        key = (tuple(out.shape), str(out.dtype), kind)
         if donated[key]:
             donated[key] -= 1
             aliased[kind] += size

@@ -14,6 +14,7 @@ import numpy as np
 from popxl.errors import OutOfRangeError
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
+from popxl.lowering.memory import memory_figures
 from popxl.lowering.placement import ReplicaPlacement
 from popxl.lowering.remote_memory import MEMORY_KINDS
 from popxl.lowering.replicas import ReplicaMesh
@@ -246,9 +247,9 @@ class Program:
         codes = self.placement.fetch_all(error.code)
         if self.sites is not None and codes.any():
             replica = int(np.flatnonzero(codes)[0])
-            where = self.sites.descriptions[int(codes[replica]) - 1]
             index = int(self.placement.fetch_all(error.offending)[replica])
-            raise OutOfRangeError(f"{where.format(index=index)} (replica {replica}); nothing was changed")
+            what = self.sites.message(int(codes[replica]), index)
+            raise OutOfRangeError(f"{what} (replica {replica}); nothing was changed")
         new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
 
@@ -258,8 +259,15 @@ class Program:
 
     def traced(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The step traced for these arguments (`jax.stages.Traced`: its jaxpr, and `.lower()`)."""
-        device_inputs = self._put_inputs(inputs)
-        return self._step.trace(*self._split(state), device_inputs)
+        return self._step.trace(*self._arguments(state, inputs))
+
+    def memory(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, int]:
+        """Device and host bytes of the compiled step, and XLA's figures (see `memory_figures`)."""
+        arguments = self._arguments(state, inputs)
+        return memory_figures(self._step.trace(*arguments).lower().compile(), arguments)
+
+    def _arguments(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> tuple[Any, ...]:
+        return (*self._split(state), self._put_inputs(inputs))
 
 
 def _unique(items: Any) -> list[Any]:

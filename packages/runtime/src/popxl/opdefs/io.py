@@ -100,7 +100,8 @@ def _checked_offset(
     store = ctx.world.buffer(buffer)
     entries = store.shape[0]
     offset = offset.astype(jnp.int32)
-    ctx.check((offset >= 0) & (offset < entries), f"{what} remote buffer {buffer.remote_buffer_id}", offset, entries)
+    where = f"{what} remote buffer {buffer.remote_buffer_id}"
+    ctx.check((offset >= 0) & (offset < entries), where, offset, entries, buffer.name_entry)
     return store, jnp.clip(offset, 0, entries - 1)
 
 

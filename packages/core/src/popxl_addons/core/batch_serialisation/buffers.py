@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import popxl
 from popxl_addons.core.remote import create_remote_buffer
 
@@ -14,4 +16,10 @@ def batch_serial_buffer(
 ) -> popxl.RemoteBuffer:
     """A buffer of `steps * rows` entries for `t` (entry = row * steps + step), sharded over `shard_group`."""
     shard_over = shard_group.group_size if shard_group is not None else 1
-    return create_remote_buffer(t, steps * rows, shard_group, shard_over)
+    buffer = create_remote_buffer(t, steps * rows, shard_group, shard_over)
+    buffer.name_entry = partial(_row_and_step, steps)
+    return buffer
+
+
+def _row_and_step(steps: int, entry: int) -> str:
+    return f"row {entry // steps}, step {entry % steps} of rows of {steps} steps" if entry >= 0 else "a negative entry"
