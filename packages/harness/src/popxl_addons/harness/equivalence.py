@@ -158,7 +158,7 @@ def _run(
     with session:
         out = session.run(feeds)
         results = {name: out[stream] for name, stream in program.outputs.items()}
-        results.update({f"accum.{k}": session.get_tensor_data(t) for k, t in program.results.to_dict().items()})
+        results.update({k: session.get_tensor_data(t) for k, t in program.results.to_dict().items()})
         seconds, memory = float("nan"), {}
         if measure:
             start = time.perf_counter()
