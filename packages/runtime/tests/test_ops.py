@@ -279,3 +279,23 @@ def test_dtypes_round_trip(dtype: popxl.dtype) -> None:
     out = run_main(lambda: {"y": ops.cast(ops.cast(popxl.constant(data, dtype), popxl.float32), dtype)})["y"]
     assert out.dtype == dtype.as_numpy()
     np.testing.assert_array_equal(out, data)
+
+
+def test_print_tensor_prints_the_value_and_its_gradient(capfd: pytest.CaptureFixture[str]) -> None:
+    from popxl.transforms import autodiff
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.asarray([1.0, 2.0], np.float32), name="x")
+        graph = ir.create_graph(lambda t: ops.print_tensor(t * 3, "tripled", print_gradient=True), x)
+        info = autodiff(graph)
+        site = ops.call_with_info(graph, x)
+        (dx,) = ops.call(
+            info.graph, popxl.constant(np.asarray([1.0, -1.0], np.float32)), inputs_dict=info.inputs_dict(site)
+        )
+        out = popxl.d2h_stream((2,), popxl.float32, "dx")
+        ops.host_store(out, dx)
+    with popxl.Session(ir, "cpu") as session:
+        np.testing.assert_array_equal(session.run()[out], [3.0, -3.0])
+    printed = capfd.readouterr().out
+    assert "tripled: [3. 6.]" in printed and "tripled_gradient: [ 1. -1.]" in printed

@@ -218,7 +218,108 @@ def softmax_ref(x: jax.Array) -> jax.Array:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def inplace(fn: Callable[[jax.Array], jax.Array]) -> Factory:
+    """An in-place elementwise op on a (3, 4) tensor."""
+    return lambda ir: OpExample([f32(3, 4)], reference=lambda x: [fn(x)])
+
+
+def topk(ir: popxl.Ir) -> OpExample:
+    """The 2 smallest of each row of (3, 5), with their indices."""
+
+    def reference(x: jax.Array) -> list[jax.Array]:
+        order = jnp.argsort(x, axis=1)[:, :2]
+        return [jnp.take_along_axis(x, order, axis=1), order.astype(jnp.int32)]
+
+    return OpExample([f32(3, 5)], {"k": 2, "axis": -1, "largest": False}, reference=reference)
+
+
+def scatter(ir: popxl.Ir) -> OpExample:
+    """Rows of a (4, 3) tensor overwritten along axis 0 at per-element positions."""
+    indices = np.asarray([[1, 0, 3], [2, 2, -4]], np.int32)
+
+    def reference(t: jax.Array, i: jax.Array, v: jax.Array) -> list[jax.Array]:
+        out = t
+        for r in range(2):
+            for c in range(3):
+                out = out.at[int(indices[r, c]) % 4, c].set(v[r, c])
+        return [out]
+
+    return OpExample([f32(4, 3), indices, f32(2, 3)], {"axis": 0}, reference=reference)
+
+
+def print_tensor(ir: popxl.Ir) -> OpExample:
+    """A tensor printed on its way through."""
+    attrs = {
+        "title": "t",
+        "print_self": False,
+        "print_gradient": False,
+        "summarise_threshold": 1000,
+        "edge_items": 3,
+        "max_line_width": 75,
+        "digits": 8,
+        "float_format": "auto",
+        "separator": " ",
+        "open_bracket": "[",
+        "close_bracket": "]",
+    }
+    return OpExample([f32(3)], attrs, reference=lambda x: [x])
+
+
 EXAMPLES: dict[str, Factory] = {
+    "ceil": unary(jnp.ceil),
+    "floor": unary(jnp.floor),
+    "sign": lambda ir: OpExample(
+        [np.asarray([-2.0, 0.0, 3.0, np.nan], np.float32)],
+        reference=lambda x: [jnp.asarray([-1.0, 0.0, 1.0, 0.0], jnp.float32)],
+    ),
+    "swish": unary(lambda x: x / (1 + jnp.exp(-x))),
+    "geluerf": unary(lambda x: 0.5 * x * (1 + jax.scipy.special.erf(x / math.sqrt(2)))),
+    "isnan": lambda ir: OpExample(
+        [np.asarray([1.0, np.nan, np.inf], np.float32)], reference=lambda x: [jnp.asarray([False, True, False])]
+    ),
+    "isinf": lambda ir: OpExample(
+        [np.asarray([1.0, np.nan, -np.inf], np.float32)], reference=lambda x: [jnp.asarray([False, False, True])]
+    ),
+    "clip": lambda ir: OpExample(
+        [f32(3, 4)],
+        {"min": -0.5, "max": 0.7},
+        reference=lambda x: [jnp.where(x < -0.5, -0.5, jnp.where(x > 0.7, 0.7, x))],
+    ),
+    "increment_mod": lambda ir: OpExample(
+        [np.asarray([-3, 0, 4, 9], np.int32)],
+        {"increment": 2, "modulus": 5},
+        reference=lambda x: [jnp.asarray([-1, 2, 1, 1], jnp.int32)],
+    ),
+    "increment_mod_": lambda ir: OpExample(
+        [np.asarray([0.5, 3.0, 4.5], np.float32)],
+        {"increment": 1.0, "modulus": 4.0},
+        reference=lambda x: [jnp.asarray([1.5, 0.0, 1.5], jnp.float32)],
+    ),
+    "relu_": inplace(lambda x: jnp.where(x > 0, x, 0.0)),
+    "gelu_": inplace(gelu_tanh),
+    "geluerf_": inplace(lambda x: 0.5 * x * (1 + jax.scipy.special.erf(x / math.sqrt(2)))),
+    "exp_": inplace(jnp.exp),
+    "swish_": inplace(lambda x: x / (1 + jnp.exp(-x))),
+    "detach_": inplace(lambda x: x),
+    "reduce_prod": reduction(jnp.prod),
+    "reduce_l1": reduction(lambda x, axis: jnp.abs(x).sum(axis=axis)),
+    "reduce_l2": reduction(lambda x, axis: jnp.sqrt((x * x).sum(axis=axis))),
+    "reduce_log_sum": lambda ir: OpExample(
+        [f32(3, 4, 5, low=0.1)], {"axis": (0, -1), "keepdims": False}, reference=lambda x: [jnp.log(x.sum(axis=(0, 2)))]
+    ),
+    # An even count (12 per output): popxl takes the lower of the two middle elements.
+    "reduce_median": lambda ir: OpExample(
+        [f32(3, 4, 4)],
+        {"axis": (0, 2), "keepdims": True},
+        reference=lambda x: [jnp.sort(jnp.transpose(x, (1, 0, 2)).reshape(4, 12), axis=1)[:, 5].reshape(1, 4, 1)],
+    ),
+    "cumsum": lambda ir: OpExample(
+        [f32(3, 4)], {"dim": -1}, reference=lambda x: [jnp.stack([x[:, : i + 1].sum(axis=1) for i in range(4)], axis=1)]
+    ),
+    "subsample": lambda ir: OpExample([f32(5, 6, 2)], {"strides": [2, 4]}, reference=lambda x: [x[::2, ::4]]),
+    "topk": topk,
+    "scatter": scatter,
+    "print_tensor": print_tensor,
     "negate": unary(lambda x: -x),
     "exp": unary(jnp.exp),
     "log": unary(jnp.log, low=0.5),

@@ -48,6 +48,63 @@ COS = _unary("cos", jnp.cos)
 SQUARE = _unary("square", jnp.square)
 RECIPROCAL = _unary("reciprocal", jnp.reciprocal)
 LOGICAL_NOT = _unary("logical_not", jnp.logical_not, differentiable=False)
+# popart defines no gradient for these: their derivative is zero almost everywhere.
+CEIL = _unary("ceil", jnp.ceil, differentiable=False)
+FLOOR = _unary("floor", jnp.floor, differentiable=False)
+SIGN = _unary("sign", lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), jnp.sign(x)), differentiable=False)
+SWISH = _unary("swish", lambda x: x * jax.nn.sigmoid(x))
+GELU_ERF = _unary("geluerf", lambda x: jax.nn.gelu(x, approximate=False))
+
+
+def _predicate(name: str, fn: Fn) -> OpDef:
+    return register(
+        OpDef(
+            name,
+            lambda specs, attrs: [TensorSpec(specs[0].shape, dtypes.bool_)],
+            lambda ctx, attrs, x: [fn(x)],
+        )
+    )
+
+
+ISNAN = _predicate("isnan", jnp.isnan)
+ISINF = _predicate("isinf", jnp.isinf)
+
+
+def _clip(x: jax.Array, attrs: Attrs) -> jax.Array:
+    return jnp.minimum(jnp.maximum(x, jnp.asarray(attrs["min"], x.dtype)), jnp.asarray(attrs["max"], x.dtype))
+
+
+CLIP = register(OpDef("clip", like_input(0), lambda ctx, attrs, x: [_clip(x, attrs)], grad=vjp_grad()))
+
+
+def _increment_mod(x: jax.Array, attrs: Attrs) -> jax.Array:
+    # popart: Rem(x + increment, modulus), the C remainder, in the tensor's own type.
+    return jnp.fmod(x + jnp.asarray(attrs["increment"], x.dtype), jnp.asarray(attrs["modulus"], x.dtype))
+
+
+INCREMENT_MOD = register(OpDef("increment_mod", like_input(0), lambda ctx, attrs, x: [_increment_mod(x, attrs)]))
+
+
+def _inplace(name: str, fn: Callable[[jax.Array, Attrs], jax.Array]) -> OpDef:
+    """The in-place form of an elementwise op: it updates its input, which its output aliases."""
+    return register(
+        OpDef(
+            name,
+            like_input(0),
+            lambda ctx, attrs, x: [fn(x, attrs)],
+            output_names=(name.rstrip("_") + "_out",),
+            modifies=modifies_first,
+        )
+    )
+
+
+RELU_INPLACE = _inplace("relu_", lambda x, a: jax.nn.relu(x))
+GELU_INPLACE = _inplace("gelu_", lambda x, a: _gelu(x))
+GELU_ERF_INPLACE = _inplace("geluerf_", lambda x, a: jax.nn.gelu(x, approximate=False))
+EXP_INPLACE = _inplace("exp_", lambda x, a: jnp.exp(x))
+SWISH_INPLACE = _inplace("swish_", lambda x, a: x * jax.nn.sigmoid(x))
+INCREMENT_MOD_INPLACE = _inplace("increment_mod_", _increment_mod)
+DETACH_INPLACE = _inplace("detach_", lambda x, a: jax.lax.stop_gradient(x))
 IDENTITY = register(OpDef("identity", like_input(0), lambda ctx, attrs, x: [x], grad=vjp_grad(linear=True)))
 DETACH = register(
     OpDef("detach", like_input(0), lambda ctx, attrs, x: [jax.lax.stop_gradient(x)], grad=lambda gb, op, grads: [None])

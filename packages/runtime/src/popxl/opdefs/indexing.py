@@ -172,3 +172,72 @@ def _arg(fn: Any) -> Any:
 
 ARGMAX = register(OpDef("argmax", _arg_infer, _arg(jnp.argmax), normalise=_arg_normalise))
 ARGMIN = register(OpDef("argmin", _arg_infer, _arg(jnp.argmin), normalise=_arg_normalise))
+
+
+def _topk_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    (t,) = specs
+    axis = axis_in("topk", attrs["axis"], len(t.shape))
+    if not 0 < attrs["k"] <= t.shape[axis]:
+        raise ValueError(f"topk: k={attrs['k']} must be in [1, {t.shape[axis]}] for axis {axis} of shape {t.shape}")
+    return {**attrs, "axis": axis}
+
+
+def _topk_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    (t,) = specs
+    shape = list(t.shape)
+    shape[attrs["axis"]] = attrs["k"]
+    return [TensorSpec(tuple(shape), t.dtype), TensorSpec(tuple(shape), dtypes.int32)]
+
+
+def _lower_topk(ctx: LoweringContext, attrs: Attrs, t: jax.Array) -> list[jax.Array]:
+    moved = jnp.moveaxis(t, attrs["axis"], -1)
+    # Smallest first is the largest of the negation; the order among equal values follows their position.
+    values, indices = jax.lax.top_k(moved if attrs["largest"] else -moved, attrs["k"])
+    values = values if attrs["largest"] else -values
+    return [jnp.moveaxis(values, -1, attrs["axis"]), jnp.moveaxis(indices.astype(jnp.int32), -1, attrs["axis"])]
+
+
+TOPK = register(
+    OpDef(
+        "topk",
+        _topk_infer,
+        _lower_topk,
+        grad=vjp_grad(),
+        normalise=_topk_normalise,
+        output_names=("topk_values", "topk_indices"),
+    )
+)
+
+
+def _scatter_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    t, indices, values = specs
+    _check_index("scatter", indices)
+    if not (len(t.shape) == len(indices.shape) == len(values.shape)) or indices.shape != values.shape:
+        raise ValueError(
+            f"scatter needs indices and values of one shape and the rank of t, got t {t.shape}, "
+            f"indices {indices.shape}, values {values.shape}"
+        )
+    if values.dtype is not t.dtype:
+        raise ValueError(f"scatter values must be {t.dtype.name} like t, got {values.dtype.name}")
+    return {**attrs, "axis": axis_in("scatter", attrs["axis"], len(t.shape))}
+
+
+def _lower_scatter(
+    ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array, values: jax.Array
+) -> list[jax.Array]:
+    # ONNX ScatterElements: along `axis` the position comes from `indices`, along the others from the entry itself.
+    axis = attrs["axis"]
+    grid = list(jnp.indices(indices.shape, sparse=True))
+    grid[axis] = jnp.where(indices < 0, indices + t.shape[axis], indices)
+    return [t.at[tuple(grid)].set(values)]
+
+
+SCATTER = register(
+    OpDef(
+        "scatter",
+        lambda specs, attrs: [specs[0]],
+        _lower_scatter,
+        grad=vjp_grad({0: (1,), 2: (1,)}),
+        normalise=_scatter_normalise,
+    )
+)

@@ -47,10 +47,43 @@ def _reduction(name: str, fn: Any, linear: bool) -> OpDef:
     )
 
 
+def _median(x: jax.Array, axis: tuple[int, ...], keepdims: bool) -> jax.Array:
+    # popart's median is the lower middle element when an even number of elements is reduced.
+    rest = [a for a in range(x.ndim) if a not in axis]
+    moved = jnp.transpose(x, (*rest, *axis)).reshape(*(x.shape[a] for a in rest), -1)
+    n = moved.shape[-1]
+    picked = jnp.sort(moved, axis=-1)[..., (n - 1) // 2]
+    if keepdims:
+        return picked.reshape(tuple(1 if a in axis else d for a, d in enumerate(x.shape)))
+    return picked
+
+
 REDUCE_SUM = _reduction("reduce_sum", jnp.sum, linear=True)
 REDUCE_MEAN = _reduction("reduce_mean", jnp.mean, linear=True)
 REDUCE_MAX = _reduction("reduce_max", jnp.max, linear=False)
 REDUCE_MIN = _reduction("reduce_min", jnp.min, linear=False)
+REDUCE_PROD = _reduction("reduce_prod", jnp.prod, linear=False)
+REDUCE_L1 = _reduction("reduce_l1", lambda x, axis, keepdims: jnp.sum(jnp.abs(x), axis, keepdims=keepdims), False)
+REDUCE_L2 = _reduction("reduce_l2", lambda x, axis, keepdims: jnp.sqrt(jnp.sum(x * x, axis, keepdims=keepdims)), False)
+REDUCE_LOG_SUM = _reduction(
+    "reduce_log_sum", lambda x, axis, keepdims: jnp.log(jnp.sum(x, axis, keepdims=keepdims)), False
+)
+REDUCE_MEDIAN = _reduction("reduce_median", _median, linear=False)
+
+
+def _cumsum_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    return {**attrs, "dim": axis_in("cumsum", attrs["dim"], len(specs[0].shape))}
+
+
+CUMSUM = register(
+    OpDef(
+        "cumsum",
+        like_input(0),
+        lambda ctx, attrs, x: [jnp.cumsum(x, axis=attrs["dim"], dtype=x.dtype)],
+        grad=vjp_grad(linear=True),
+        normalise=_cumsum_normalise,
+    )
+)
 
 
 SOFTMAX = register(

@@ -139,3 +139,26 @@ EXPAND = register(
         normalise=_expand_normalise,
     )
 )
+
+
+def _subsample_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    (s,) = specs
+    strides = [int(v) for v in attrs["strides"]]
+    if len(strides) > len(s.shape):
+        raise ValueError(f"subsample: {len(strides)} strides for a tensor of rank {len(s.shape)}")
+    if any(v < 1 for v in strides):
+        raise ValueError(f"subsample strides must be >= 1, got {strides}")
+    return {**attrs, "strides": tuple(strides + [1] * (len(s.shape) - len(strides)))}
+
+
+SUBSAMPLE = register(
+    OpDef(
+        "subsample",
+        lambda specs, attrs: [
+            TensorSpec(tuple(-(-d // k) for d, k in zip(specs[0].shape, attrs["strides"])), specs[0].dtype)
+        ],
+        lambda ctx, attrs, x: [x[tuple(slice(None, None, k) for k in attrs["strides"])]],
+        grad=vjp_grad(linear=True),
+        normalise=_subsample_normalise,
+    )
+)

@@ -10,6 +10,7 @@ import numpy as np
 from popxl.creation import constant
 from popxl.op import create_op
 from popxl.opdefs import indexing as ix
+from popxl.opdefs.shape import SUBSAMPLE
 from popxl.tensor import Tensor
 
 
@@ -66,3 +67,35 @@ def argmax(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
 def argmin(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
     """Indices of the minima along `dim` (int32)."""
     return create_op(ix.ARGMIN, [t], {"dim": dim, "keepdim": keepdim})[0]
+
+
+def tied_gather(
+    t: Tensor,
+    indices: Tensor | Any,
+    axis: int = 0,
+    available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
+) -> Tensor:
+    """`gather` for a weight shared with a matmul (the tie changes IPU tile layout only; values are the same)."""
+    return gather(t, indices, axis, available_memory_proportion, zero_OOR)
+
+
+def topk(
+    t: Tensor, k: int, axis: int, largest: bool, sorted: bool, available_memory_proportion: float | None = None
+) -> tuple[Tensor, Tensor]:
+    """The `k` largest (or smallest) elements along `axis` and their int32 indices, in order either way."""
+    values, indices = create_op(ix.TOPK, [t], {"k": int(k), "axis": axis, "largest": bool(largest)})
+    return values, indices
+
+
+def scatter(
+    t: Tensor, indices: Tensor, values: Tensor, axis: int = 0, available_memory_proportion: float | None = None
+) -> Tensor:
+    """A copy of `t` with `values` written where `indices` point along `axis` (ONNX ScatterElements)."""
+    return create_op(ix.SCATTER, [t, _indices(indices), values], {"axis": axis})[0]
+
+
+def subsample(t: Tensor, strides: int | Sequence[int]) -> Tensor:
+    """Every `strides[i]`-th element along axis i (missing strides are 1)."""
+    given = [strides] if isinstance(strides, int) else list(strides)
+    return create_op(SUBSAMPLE, [t], {"strides": given})[0]

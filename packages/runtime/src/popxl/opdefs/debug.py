@@ -1,0 +1,46 @@
+"""Printing tensors while a program runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import jax
+import numpy as np
+
+from popxl.op import Attrs, Op, OpDef, create_op, register
+from popxl.opdefs.common import like_input
+from popxl.tensor import Tensor
+
+if TYPE_CHECKING:
+    from popxl.grad_builder import GradBuilder
+    from popxl.lowering.interpreter import LoweringContext
+
+
+def _show(title: str, attrs: Attrs, value: np.ndarray) -> None:
+    options = {"threshold": attrs["summarise_threshold"], "edgeitems": attrs["edge_items"]}
+    options |= {"linewidth": attrs["max_line_width"], "precision": attrs["digits"]}
+    with np.printoptions(**options):
+        text = np.array2string(np.asarray(value), separator=attrs["separator"])
+    print(
+        f"{title}: {attrs['open_bracket']}{text[1:-1]}{attrs['close_bracket']}"
+        if text.startswith("[")
+        else f"{title}: {text}"
+    )
+
+
+def _lower(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
+    if attrs["print_self"]:
+        jax.debug.callback(lambda v: _show(attrs["title"], attrs, v), x, ordered=False)
+    return [x]
+
+
+def _grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    (dy,) = out_grads
+    if dy is None or not op.attrs["print_gradient"]:
+        return [dy]
+    attrs = {**op.attrs, "title": f"{op.attrs['title']}_gradient", "print_self": True, "print_gradient": False}
+    return [create_op(PRINT_TENSOR, [dy], attrs)[0]]
+
+
+PRINT_TENSOR = register(OpDef("print_tensor", like_input(0), _lower, grad=_grad, output_names=("print_tensor_out",)))

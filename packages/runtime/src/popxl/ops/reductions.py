@@ -1,0 +1,44 @@
+"""More reductions of `popxl.ops`: product, median, norms, log of sum, and the cumulative sum."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from popxl.op import OpDef, create_op
+from popxl.opdefs import reduce
+from popxl.tensor import Tensor
+
+
+def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool) -> Tensor:
+    ax = axis if axis is None or isinstance(axis, int) else tuple(axis)
+    return create_op(opdef, [t], {"axis": ax, "keepdims": keepdims})[0]
+
+
+def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Product over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_PROD, t, axis, keepdims)
+
+
+def median(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Median over `axis` (all axes by default); the lower middle element of an even count, as popxl."""
+    return _reduce(reduce.REDUCE_MEDIAN, t, axis, keepdims)
+
+
+def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Sum of magnitudes over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_L1, t, axis, keepdims)
+
+
+def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Square root of the sum of squares over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_L2, t, axis, keepdims)
+
+
+def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Log of the sum over `axis` (all axes by default)."""
+    return _reduce(reduce.REDUCE_LOG_SUM, t, axis, keepdims)
+
+
+def cumsum(t: Tensor, dim: int = 0) -> Tensor:
+    """Cumulative sum along `dim`."""
+    return create_op(reduce.CUMSUM, [t], {"dim": int(dim)})[0]
