@@ -299,3 +299,45 @@ def test_print_tensor_prints_the_value_and_its_gradient(capfd: pytest.CaptureFix
         np.testing.assert_array_equal(session.run()[out], [3.0, -3.0])
     printed = capfd.readouterr().out
     assert "tripled: [3. 6.]" in printed and "tripled_gradient: [ 1. -1.]" in printed
+
+
+def test_adam_step_from_popxl_var_updates_matches_numpy_over_runs() -> None:
+    rng = np.random.default_rng(4)
+    w0 = rng.normal(size=5).astype(np.float32)
+    grads = rng.normal(size=(3, 5)).astype(np.float32)
+    lr, b1, b2, eps, wd = 0.1, 0.9, 0.999, 1e-5, 0.01
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        w = popxl.variable(w0, name="w")
+        m = popxl.variable(np.zeros(5, np.float32), name="m")
+        v = popxl.variable(np.zeros(5, np.float32), name="v")
+        step = popxl.variable(np.float32(0), name="step")
+        h = popxl.h2d_stream((5,), popxl.float32, "grad")
+        g = ops.host_load(h)
+        ops.var_updates.accumulate_moving_average_(m, g, b1)
+        ops.var_updates.accumulate_moving_average_square_(v, g, b2)
+        x = ops.var_updates.adam_updater(m, v, w, step, wd, b1, b2, eps)
+        ops.scaled_add_(w, x, b=-lr)
+    ww, mm, vv = w0.astype(np.float64), np.zeros(5), np.zeros(5)
+    with popxl.Session(ir, "cpu") as session:
+        for t in range(1, 4):
+            session.run({h: grads[t - 1]})
+            mm = b1 * mm + (1 - b1) * grads[t - 1]
+            vv = b2 * vv + (1 - b2) * grads[t - 1] ** 2
+            update = (mm / (1 - b1**t)) / (np.sqrt(vv / (1 - b2**t)) + eps) + wd * ww
+            ww = ww - lr * update
+        np.testing.assert_allclose(session.get_tensor_data(w), ww, rtol=1e-5, atol=1e-6)
+        assert session.get_tensor_data(step) == 3
+
+
+def test_accumulator_scale_and_zero() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        a = popxl.variable(np.full(3, 4.0, np.float32), name="a")
+        b = popxl.variable(np.full(3, 4.0, np.float32), name="b")
+        ops.var_updates.accumulator_scale_(a, 0.25)
+        ops.var_updates.accumulator_zero_(b)
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(a), np.ones(3, np.float32))
+        np.testing.assert_array_equal(session.get_tensor_data(b), np.zeros(3, np.float32))

@@ -265,7 +265,39 @@ def print_tensor(ir: popxl.Ir) -> OpExample:
     return OpExample([f32(3)], attrs, reference=lambda x: [x])
 
 
+def adam_updater(ir: popxl.Ir) -> OpExample:
+    """Adam's update term with bias correction and weight decay: the step (2 -> 3) is incremented first."""
+    attrs = {"mode": "adam", "weight": True, "step": True}
+    consts = [np.float32(0.01), np.float32(0.9), np.float32(0.999), np.float32(1e-6)]
+
+    def reference(m: jax.Array, v: jax.Array, w: jax.Array, t: jax.Array, *c: jax.Array) -> list[jax.Array]:
+        wd, b1, b2, eps = c
+        step = t + 1
+        return [(m / (1 - b1**step)) / (jnp.sqrt(v / (1 - b2**step)) + eps) + wd * w, step]
+
+    return OpExample([f32(3), f32(3, low=0.1), f32(3), np.float32(2.0), *consts], attrs, reference=reference)
+
+
+def adam_var_update(ir: popxl.Ir) -> OpExample:
+    """The LAMB weight update: the trust ratio min(|w|, 2) / |x| scales the learning rate."""
+
+    def reference(w: jax.Array, x: jax.Array, r1: jax.Array, r2: jax.Array, lr: jax.Array, mwn: jax.Array) -> Any:
+        return [w - lr * jnp.minimum(jnp.sqrt(r1), mwn) / jnp.sqrt(r2) * x]
+
+    w, x = f32(4), f32(4)
+    inputs = [w, x, np.float32((w**2).sum()), np.float32((x**2).sum()), np.float32(0.1), np.float32(2.0)]
+    return OpExample(inputs, reference=reference)
+
+
 EXAMPLES: dict[str, Factory] = {
+    "sparse_accumulate_": lambda ir: OpExample(
+        [f32(5, 3), f32(4, 3), i32(1, 3, 1, 0), np.float32(0.5)],
+        {"axis": 0},
+        reference=lambda t, x, i, f: [t.at[jnp.asarray([1, 3, 1, 0])].add(0.5 * x)],
+    ),
+    "adam_updater": adam_updater,
+    "adam_var_update": adam_var_update,
+    "lamb_square": lambda ir: OpExample([f32(3, 4)], reference=lambda x: [(x * x).sum()]),
     "ceil": unary(jnp.ceil),
     "floor": unary(jnp.floor),
     "sign": lambda ir: OpExample(

@@ -12,6 +12,7 @@ from popxl.opdefs import (  # noqa: F401
     indexing,
     io,
     linalg,
+    optimizers,
     random,
     reduce,
     shape,

@@ -72,7 +72,7 @@ from popxl.ops.maths import (
     where,
 )
 from popxl.ops.random import dropout, random_normal, random_uniform, split_random_seed
-from popxl.ops.reductions import cumsum, l1, l2, logsum, median, prod
+from popxl.ops.reductions import cumsum, l1, l2, lamb_square, logsum, median, prod
 from popxl.ops.unary import (
     ceil,
     clamp,
@@ -147,6 +147,7 @@ __all__ = [
     "isnan",
     "l1",
     "l2",
+    "lamb_square",
     "layer_norm",
     "less",
     "log",

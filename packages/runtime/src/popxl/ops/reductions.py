@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from popxl.op import OpDef, create_op
 from popxl.opdefs import reduce
+from popxl.opdefs.optimizers import LAMB_SQUARE
 from popxl.tensor import Tensor
 
 
@@ -42,3 +43,8 @@ def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
     """Cumulative sum along `dim`."""
     return create_op(reduce.CUMSUM, [t], {"dim": int(dim)})[0]
+
+
+def lamb_square(t: Tensor) -> Tensor:
+    """The sum of squares of every element of `t`, in float32 (LAMB's squared norms)."""
+    return create_op(LAMB_SQUARE, [t])[0]

@@ -1,0 +1,133 @@
+"""popart's fused optimizer ops: sparse accumulation, the Adam/LAMB/AdaMax updater, the Adam/LAMB
+weight update and LAMB's sum of squares, with popart's formulas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+
+from popxl import dtypes
+from popxl.op import Attrs, OpDef, register
+from popxl.opdefs.common import axis_in, modifies_first
+from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
+
+UPDATER_MODES = ("adam", "adam_no_bias", "lamb", "lamb_no_bias", "adamax")
+
+
+def _sparse_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    t, x, indices = specs[:3]
+    axis = axis_in("sparse_accumulate_", attrs["axis"], len(t.shape))
+    expected = (*t.shape[:axis], *indices.shape, *t.shape[axis + 1 :])
+    if not indices.dtype.is_int:
+        raise ValueError(f"sparse_accumulate_ indices must be integers, got {indices.dtype.name}")
+    if x.shape != expected:
+        raise ValueError(f"sparse_accumulate_: X must have shape {expected} (the gathered slices), got {x.shape}")
+    return {**attrs, "axis": axis}
+
+
+def _lower_sparse(ctx: LoweringContext, attrs: Attrs, t: jax.Array, x: jax.Array, i: jax.Array, *f: jax.Array) -> Any:
+    # Each slice X[..., k, ...] is added (scaled by f) to the slice of t at indices[k] along `axis`; repeats add up.
+    axis = attrs["axis"]
+    scale = f[0].astype(jnp.float32) if f else jnp.float32(1)
+    update = (x.astype(jnp.float32) * scale).astype(t.dtype)
+    return [t.at[(slice(None),) * axis + (i,)].add(update)]
+
+
+SPARSE_ACCUMULATE = register(
+    OpDef(
+        "sparse_accumulate_",
+        lambda specs, attrs: [specs[0]],
+        _lower_sparse,
+        normalise=_sparse_normalise,
+        modifies=modifies_first,
+        output_names=("sparse_accumulate_out",),
+    )
+)
+
+
+def _updater_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    m, v = specs[:2]
+    if m.shape != v.shape:
+        raise ValueError(f"adam_updater: the moments must share a shape, got {m.shape} and {v.shape}")
+    if attrs["weight"] and specs[2].shape != m.shape:
+        raise ValueError(f"adam_updater: the weight must have the moments' shape {m.shape}, got {specs[2].shape}")
+    # popart's updater has the weight's type when a weight is given, else the first moment's.
+    return [TensorSpec(m.shape, specs[2].dtype if attrs["weight"] else m.dtype)]
+
+
+def _lower_updater(ctx: LoweringContext, attrs: Attrs, *values: jax.Array) -> list[jax.Array]:
+    """popart's AdamUpdater: mhat / (sqrt(vhat) + eps) (+ wd * w); AdaMax: mhat / (v + eps) (+ wd * w)."""
+    m, v, *rest = values
+    w = rest.pop(0) if attrs["weight"] else None
+    step = rest.pop(0) if attrs["step"] else None
+    wd, b1, b2, eps = (jnp.asarray(r, jnp.float32) for r in rest)
+    mode = attrs["mode"]
+    out_type = w.dtype if w is not None else m.dtype
+    mhat, vhat = m.astype(jnp.float32), v.astype(jnp.float32)
+    new_step = None
+    if step is not None:
+        new_step = step + 1
+        t = new_step.astype(jnp.float32)
+        if mode in ("adam", "lamb", "adamax"):
+            mhat = mhat / (1 - b1**t)
+        if mode in ("adam", "lamb"):
+            vhat = vhat / (1 - b2**t)
+    updater = mhat / (vhat + eps) if mode == "adamax" else mhat / (jnp.sqrt(vhat) + eps)
+    if w is not None:
+        updater = updater + wd * w.astype(jnp.float32)
+    outs = [updater.astype(out_type)]
+    return outs if new_step is None else [*outs, new_step]
+
+
+def _updater_modifies(attrs: Attrs) -> dict[int, int | None]:
+    # The time step is incremented in place before it corrects the moments.
+    return {3 if attrs["weight"] else 2: None} if attrs["step"] else {}
+
+
+ADAM_UPDATER = register(
+    OpDef(
+        "adam_updater",
+        _updater_infer,
+        _lower_updater,
+        modifies=_updater_modifies,
+        output_names=("Updater",),
+    )
+)
+
+
+def _lower_var_update(
+    ctx: LoweringContext, attrs: Attrs, w: jax.Array, x: jax.Array, r1sq: jax.Array, r2sq: jax.Array, *rest: jax.Array
+) -> list[jax.Array]:
+    """popart's AdamVarUpdate: w -= lr * ratio * x, the LAMB trust ratio min(sqrt(r1sq), mwn) / sqrt(r2sq)
+    being 1 where r1sq, r2sq or the max weight norm is 0."""
+    lr, mwn = (jnp.asarray(r, jnp.float32) for r in rest)
+    r1sq, r2sq = r1sq.astype(jnp.float32), r2sq.astype(jnp.float32)
+    ratio = jnp.minimum(jnp.sqrt(r1sq), mwn) / jnp.sqrt(jnp.where(r2sq == 0, 1, r2sq))
+    ratio = jnp.where((r1sq == 0) | (r2sq == 0) | (mwn == 0), jnp.float32(1), ratio)
+    updated = w.astype(jnp.float32) - lr * ratio * x.astype(jnp.float32)
+    return [updated.astype(w.dtype)]
+
+
+ADAM_VAR_UPDATE = register(
+    OpDef(
+        "adam_var_update",
+        lambda specs, attrs: [specs[0]],
+        _lower_var_update,
+        modifies=modifies_first,
+        output_names=("adam_var_update_out",),
+    )
+)
+
+LAMB_SQUARE = register(
+    OpDef(
+        "lamb_square",
+        lambda specs, attrs: [TensorSpec((), dtypes.float32)],
+        lambda ctx, attrs, x: [jnp.sum(jnp.square(x.astype(jnp.float32)))],
+    )
+)
