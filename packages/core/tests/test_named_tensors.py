@@ -13,7 +13,9 @@ def test_dot_tree_insert_access_and_order() -> None:
     t: DotTree[int] = DotTree()
     t.insert("b.y", 2)
     t.insert("a", 1)
-    t.insert("b.x", 3)
+    with pytest.raises(ValueError, match="'b' already exists"):
+        t.insert("b.x", 3)
+    t.insert("b.x", 3, overwrite=True)  # merges into the existing subtree
     t.insert(0, 4)
     assert t.to_dict() == {"b.y": 2, "b.x": 3, "a": 1, "0": 4}
     assert t.b.x == 3 and t["b.y"] == 2 and t[0] == 4
@@ -24,7 +26,7 @@ def test_dot_tree_insert_access_and_order() -> None:
     t.insert("a", 5, overwrite=True)
     with pytest.raises(ValueError, match="not a valid key"):
         t.insert("a-b", 1)
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="must not be negative"):
         t.insert(-1, 1)
     with pytest.raises(KeyError):
         t["zz"]
@@ -36,6 +38,29 @@ def test_dot_tree_insert_access_and_order() -> None:
     assert t.filter_keys(["a"]).to_dict() == {"a": 5}
     assert t.map(lambda v: v * 2).to_dict()["b.x"] == 6
     assert t.pop("b.x") == 3 and "b.x" not in t
+
+
+def test_numeric_keys_count_back_from_the_largest() -> None:
+    t: DotTree[str] = DotTree()
+    for k, v in ((0, "a"), (1, "b"), (3, "d")):
+        t.insert(k, v)
+    assert t[-1] == "d" and t[-3] == "b" and t["1"] == "b" and getattr(t, "1") == "b"
+    for missing in (-2, -5, 2):
+        with pytest.raises(KeyError):
+            t[missing]
+    assert list(t._map) == ["0", "1", "3"]
+
+
+def test_filter_keeps_leaves_and_whole_subtrees_and_clear_keeps_subtrees() -> None:
+    t: DotTree[str] = DotTree(foo=DotTree(bar=DotTree(hee="a")))
+    t.insert("foo.bar.goo", "b", overwrite=True)
+    t.insert("tee.0.hee", "c")
+    kept = t.filter_keys(["foo.bar.hee", "tee"])
+    assert kept.to_dict() == {"foo.bar.hee": "a", "tee.0.hee": "c"} and kept.len() == 2
+    with pytest.raises(ValueError, match="repeated"):
+        t.filter_keys(["tee", "tee"])
+    t._clear()
+    assert t.len_flat() == 0 and isinstance(t.foo.bar, DotTree)
 
 
 def test_named_tensors_sort_remap_and_mapping() -> None:

@@ -74,11 +74,13 @@ def autodiff_with_accumulation(
             name = _arg_name(graph, t)
             accum = popxl.graph_input(t.shape, t.dtype, f"accum.{name}", by_ref=True, meta_shape=t.meta_shape)
             zeros = partial(np.zeros, t.shape, t.dtype.as_numpy())
+            # Each name is new: merging into the `accum` subtree is all `overwrite` does here.
             factories.insert(
                 f"accum.{name}",
                 VariableFactory(zeros, t.dtype, f"accum.{name}", replica_grouping=groupings.get(name)),
+                overwrite=True,
             )
-            named.insert(f"accum.{name}", accum)
+            named.insert(f"accum.{name}", accum, overwrite=True)
             ops.var_updates.accumulate_mean_(accum, grad, counter)
         ops.var_updates.accumulate_(counter, popxl.constant(1.0, popxl.float32))
     g.keep_outputs(len(required))

@@ -1,7 +1,13 @@
-"""DotTree: an insertion-ordered tree addressed by dotted keys."""
+"""DotTree: an insertion-ordered tree addressed by dotted keys, as popxl-addons defines it.
+
+Keys are Python identifiers or non-negative integers (stored as strings).
+`tree.a.b`, `tree["a.b"]` and `tree.get("a.b")` reach the same leaf; a
+negative numeric key counts back from the largest numeric key plus one.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -9,88 +15,107 @@ V = TypeVar("V")
 T = TypeVar("T", bound="DotTree[Any]")
 
 
-def _check_key(key: str) -> str:
-    if not (key.isidentifier() or key.isdigit()):
-        raise ValueError(f"{key!r} is not a valid key: use identifiers or non-negative integers")
-    return key
+def sanitise(name: str) -> str:
+    """`name` with every character that cannot be in a Python identifier replaced by '_'."""
+    return re.sub(r"\W|^(?=\d)", "_", name)
 
 
 class DotTree(Generic[V]):
-    """A tree of values whose keys are identifiers or numbers, reachable as `t.a.b` or `t["a.b"]`."""
+    """A tree of values whose keys are identifiers or numbers, reachable as `t.a.b`, `t["a.b"]` or `t[0]`."""
 
-    def __init__(self) -> None:
+    _map: dict[str, Any]
+
+    def __init__(self, **entries: Any) -> None:
         object.__setattr__(self, "_map", {})
+        for k, v in entries.items():
+            self.insert(k, v)
 
-    _map: dict[str, V | DotTree[V]]
+    def _check(self, key: str, overwrite: bool) -> None:
+        if not overwrite and key in self._map:
+            raise ValueError(f"'{key}' already exists")
+        if not (key.isdigit() or key.isidentifier()):
+            raise ValueError(f"'{key}' is not a valid key: use a Python identifier or a non-negative integer")
 
     def insert(self, key: str | int, value: V | DotTree[V], overwrite: bool = False) -> None:
-        """Add `value` under the dotted `key` (an existing key needs `overwrite`)."""
+        """Add `value` under the dotted `key`; with `overwrite`, replace leaves and merge into existing subtrees."""
         if isinstance(key, int):
             if key < 0:
-                raise ValueError(f"Numeric key {key} must be non-negative")
+                raise ValueError(f"Numeric key {key} must not be negative")
             key = str(key)
         head, _, rest = key.partition(".")
-        _check_key(head)
-        if rest:
-            sub = self._map.get(head)
-            if not isinstance(sub, DotTree):
-                if sub is not None and not overwrite:
-                    raise ValueError(f"'{head}' already exists")
-                sub = type(self)()
-                self._map[head] = sub
-            sub.insert(rest, value, overwrite)
+        self._check(head, overwrite)
+        if not rest:
+            self._map[head] = value
             return
-        if head in self._map and not overwrite:
-            raise ValueError(f"'{head}' already exists")
-        self._map[head] = value
+        existing = self._map.get(head)
+        sub = existing.copy() if isinstance(existing, DotTree) else type(self)()
+        sub.insert(rest, value, overwrite)
+        self._map[head] = sub
 
     def update(self, other: DotTree[V], overwrite: bool = False) -> None:
-        """Insert every top-level entry of `other`."""
-        for k, v in other._map.items():
+        """Insert every top-level entry of `other` (a copy of it)."""
+        for k, v in other.copy()._map.items():
             self.insert(k, v, overwrite)
 
-    def __getitem__(self, key: str | int) -> Any:
-        head, _, rest = str(key).partition(".")
+    def _numeric(self, index: int) -> str:
+        numbers = [int(k) for k in self._map if k.isdigit()]
+        key = index if index >= 0 else max(numbers, default=-1) + 1 + index
+        if key < 0 or str(key) not in self._map:
+            raise KeyError(f"Numeric key {index} does not exist. Keys: {list(self._map)}")
+        return str(key)
+
+    def get(self, key: str | int) -> Any:
+        """The leaf or subtree at `key` (dotted, numeric or negative numeric)."""
+        if isinstance(key, int) or key.lstrip("-").isdigit():
+            return self._map[self._numeric(int(key))]
+        head, _, rest = key.partition(".")
         if head not in self._map:
-            raise KeyError(key)
+            raise KeyError(f"Key {head!r} does not exist. Keys: {list(self._map)}")
         value = self._map[head]
-        if rest:
-            if not isinstance(value, DotTree):
-                raise KeyError(key)
-            return value[rest]
-        return value
+        if not rest:
+            return value
+        if not isinstance(value, DotTree):
+            raise KeyError(f"{head!r} is a leaf, so it has no key {rest!r}")
+        return value.get(rest)
+
+    def __getitem__(self, key: str | int) -> Any:
+        return self.get(key)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         try:
-            return self._map[name]
+            return self.get(name)
         except KeyError:
-            raise AttributeError(f"{type(self).__name__} has no key {name!r}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self.insert(name, value, overwrite=True)
+            raise AttributeError(f"{type(self).__name__} has no key {name!r}. Keys: {list(self._map)}") from None
 
     def __contains__(self, key: object) -> bool:
         try:
-            self[str(key)]
-        except KeyError:
+            self.get(key)  # type: ignore[arg-type]
+        except (KeyError, AttributeError, TypeError):
             return False
         return True
 
-    def __len__(self) -> int:
-        return len(self._map)
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._map)
+
+    def len(self) -> int:
+        """Number of top-level entries."""
+        return len(self._map)
+
+    def len_flat(self) -> int:
+        """Number of leaves."""
+        return len(self.to_dict())
 
     def keys(self) -> list[str]:
         """Top-level keys in insertion order."""
         return list(self._map)
 
-    def values(self) -> list[V | DotTree[V]]:
+    def values(self) -> list[Any]:
         """Top-level values in insertion order."""
         return list(self._map.values())
 
-    def items(self) -> list[tuple[str, V | DotTree[V]]]:
+    def items(self) -> list[tuple[str, Any]]:
         """Top-level entries in insertion order."""
         return list(self._map.items())
 
@@ -105,23 +130,23 @@ class DotTree(Generic[V]):
         return out
 
     def keys_flat(self) -> list[str]:
-        """Dotted keys of every leaf."""
+        """Dotted keys of every leaf, in insertion order."""
         return list(self.to_dict())
 
     def values_flat(self) -> list[V]:
-        """Every leaf in insertion order."""
+        """Every leaf, in insertion order."""
         return list(self.to_dict().values())
 
     @classmethod
-    def from_dict(cls: type[T], d: Mapping[str, Any]) -> T:
-        """A tree with each dotted key of `d`."""
+    def from_dict(cls: type[T], d: Mapping[str | int, Any]) -> T:
+        """A tree with each (dotted) key of `d`."""
         tree = cls()
         for k, v in d.items():
-            tree.insert(k, v)
+            tree.insert(str(k), v, overwrite=True)
         return tree
 
     def copy(self: T) -> T:
-        """A copy whose nested trees are copies too."""
+        """A shallow copy: new subtrees, the same leaves."""
         new = type(self)()
         for k, v in self._map.items():
             new._map[k] = v.copy() if isinstance(v, DotTree) else v
@@ -129,20 +154,25 @@ class DotTree(Generic[V]):
 
     def unpack(self) -> tuple[list[str], list[V]]:
         """Dotted keys and leaves, sorted by key."""
-        items = sorted(self.to_dict().items())
+        items = sorted(self.to_dict().items(), key=lambda kv: kv[0])
         return [k for k, _ in items], [v for _, v in items]
 
     @classmethod
-    def pack(cls: type[T], keys: Iterable[str], values: Iterable[Any]) -> T:
-        """A tree from parallel dotted keys and values."""
+    def pack(cls: type[T], keys: Iterable[str | int], values: Iterable[Any]) -> T:
+        """A tree from parallel (dotted) keys and values."""
         return cls.from_dict(dict(zip(keys, values)))
 
-    def filter_keys(self: T, keys: Iterable[str]) -> T:
-        """A tree with only the given dotted keys."""
-        flat = self.to_dict()
-        return type(self).from_dict({k: flat[k] for k in keys})
+    def filter_keys(self: T, keys: Iterable[str | int]) -> T:
+        """A tree with only the given keys, each a leaf or a whole subtree."""
+        wanted = list(keys)
+        if len(wanted) != len(set(wanted)):
+            raise ValueError(f"filter_keys got repeated keys: {wanted}")
+        new = type(self)()
+        for key in wanted:
+            new.insert(key, self.get(key), overwrite=True)
+        return new
 
-    def map(self, fn: Callable[[V], Any]) -> Any:
+    def map(self: T, fn: Callable[[Any], Any]) -> T:
         """A tree of the same kind with `fn` applied to every leaf."""
         return type(self).from_dict({k: fn(v) for k, v in self.to_dict().items()})
 
@@ -150,7 +180,7 @@ class DotTree(Generic[V]):
         """Remove and return the entry at the dotted `key`."""
         head, _, rest = key.partition(".")
         if rest:
-            sub = self._map[head]
+            sub = self.get(head)
             if not isinstance(sub, DotTree):
                 raise KeyError(key)
             return sub.pop(rest)
@@ -160,6 +190,14 @@ class DotTree(Generic[V]):
         """`{self[k]: other[k]}` for every dotted key the two trees share."""
         theirs = other.to_dict()
         return {v: theirs[k] for k, v in self.to_dict().items() if k in theirs}
+
+    def _clear(self) -> None:
+        """Remove every leaf, keeping the (now empty) subtrees."""
+        for k, v in list(self._map.items()):
+            if isinstance(v, DotTree):
+                v._clear()
+            else:
+                del self._map[k]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"

@@ -86,7 +86,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         tensors = NamedTensors()
         for key, factory in sorted(self.to_dict().items()):
             name = f"{prefix}.{key}" if prefix else key
-            tensors.insert(key, factory.create_tensor(name))
+            tensors.insert(key, factory.create_tensor(name), overwrite=True)
         return tensors
 
     def init_zero(self) -> NamedTensors:
