@@ -1,5 +1,21 @@
 """popxl-addons core: modules, named tensors, autodiff with accumulation and batch serialisation."""
 
+from popxl_addons.core.array_munging import (
+    handle_negative_axis,
+    pad_axis,
+    repeat,
+    repeat_axis,
+    repeat_shard,
+    shard,
+    shard2D,
+    split2D,
+    squeeze_safe,
+    tensor_parallel_input,
+    tensor_parallel_output,
+    unshard,
+    unshard2D,
+    unshard_arrays,
+)
 from popxl_addons.core.autodiff import autodiff, autodiff_with_accumulation
 from popxl_addons.core.batch_serialisation import (
     IO_MODES,
@@ -12,23 +28,53 @@ from popxl_addons.core.batch_serialisation import (
 from popxl_addons.core.dot_tree import DotTree
 from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
 from popxl_addons.core.module import Module
+from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.patterns import apply_pre_alias_patterns
-from popxl_addons.core.remote import create_remote_buffer, gather_replica_sharded, replica_sharded_spec
-from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory, add_variable_input
+from popxl_addons.core.remote import (
+    NamedRemoteBuffers,
+    create_remote_buffer,
+    load_remote,
+    load_remote_graph,
+    named_buffers,
+    named_variable_buffers,
+    store_remote,
+    store_remote_graph,
+)
+from popxl_addons.core.rts import (
+    all_gather_replica_sharded_graph,
+    gather_replica_sharded,
+    gather_replica_sharded_tensor,
+    reduce_replica_sharded_graph,
+    reduce_replica_sharded_tensor,
+    replica_sharded_spec,
+)
+from popxl_addons.core.streams import InputStreams, OutputStreams, host_load, host_store
+from popxl_addons.core.variable_factory import (
+    NamedVariableFactories,
+    VariableFactory,
+    add_replica_sharded_variable_input,
+    add_variable_input,
+)
 
 __all__ = [
-    "IO_MODES",
     "BatchSerialResult",
     "BoundGraph",
     "DotTree",
     "GraphWithNamedArgs",
+    "IO_MODES",
+    "InputStreams",
     "Module",
+    "NamedRemoteBuffers",
+    "NamedReplicaGrouping",
     "NamedTensors",
     "NamedVariableFactories",
+    "OutputStreams",
     "RemoteHandle",
     "VariableFactory",
+    "add_replica_sharded_variable_input",
     "add_variable_input",
+    "all_gather_replica_sharded_graph",
     "apply_pre_alias_patterns",
     "autodiff",
     "autodiff_with_accumulation",
@@ -37,5 +83,30 @@ __all__ = [
     "batch_serialise_fwd_and_grad",
     "create_remote_buffer",
     "gather_replica_sharded",
+    "gather_replica_sharded_tensor",
+    "handle_negative_axis",
+    "host_load",
+    "host_store",
+    "load_remote",
+    "load_remote_graph",
+    "named_buffers",
+    "named_variable_buffers",
+    "pad_axis",
+    "reduce_replica_sharded_graph",
+    "reduce_replica_sharded_tensor",
+    "repeat",
+    "repeat_axis",
+    "repeat_shard",
     "replica_sharded_spec",
+    "shard",
+    "shard2D",
+    "split2D",
+    "squeeze_safe",
+    "store_remote",
+    "store_remote_graph",
+    "tensor_parallel_input",
+    "tensor_parallel_output",
+    "unshard",
+    "unshard2D",
+    "unshard_arrays",
 ]

@@ -138,7 +138,7 @@ class DotTree(Generic[V]):
         return list(self.to_dict().values())
 
     @classmethod
-    def from_dict(cls: type[T], d: Mapping[str | int, Any]) -> T:
+    def from_dict(cls: type[T], d: Mapping[str, Any] | Mapping[int, Any]) -> T:
         """A tree with each (dotted) key of `d`."""
         tree = cls()
         for k, v in d.items():
@@ -160,7 +160,7 @@ class DotTree(Generic[V]):
     @classmethod
     def pack(cls: type[T], keys: Iterable[str | int], values: Iterable[Any]) -> T:
         """A tree from parallel (dotted) keys and values."""
-        return cls.from_dict(dict(zip(keys, values)))
+        return cls.from_dict({str(k): v for k, v in zip(keys, values)})
 
     def filter_keys(self: T, keys: Iterable[str | int]) -> T:
         """A tree with only the given keys, each a leaf or a whole subtree."""

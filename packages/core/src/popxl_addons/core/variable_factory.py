@@ -11,11 +11,13 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl_addons.core.dot_tree import DotTree
+from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
 
 
 def _draws(data_iter: Callable[[], Any] | Iterable[Any]) -> Iterator[Any]:
     if callable(data_iter):
+        # One trial call, its result unused, as popxl-addons makes: seeded random data then match.
         try:
             data_iter()
         except Exception as e:
@@ -62,32 +64,72 @@ class VariableFactory:
         else:
             self.meta_shape, self.shape = (), data.shape
 
-    def _next(self) -> np.ndarray[Any, Any]:
+    @property
+    def replica_sharded(self) -> bool:
+        """Whether each replica holds a shard of the variable."""
+        return self.shard_over > 1
+
+    def _next(self, empty: bool) -> np.ndarray[Any, Any]:
+        if empty:
+            return np.zeros(self.meta_shape or self.shape, self.dtype.as_numpy())
         item = self._peeked.pop() if self._peeked else next(self._draws)
         return np.asarray(item).astype(self.dtype.as_numpy())
+
+    def next_data(self, empty: bool = False) -> np.ndarray[Any, Any]:
+        """The data of the next variable: one draw per replica group, stacked when there are several groups.
+
+        `empty` gives zeros of the right shape without drawing.
+        """
+        groups = self.replica_grouping.num_groups
+        return np.stack([self._next(empty) for _ in range(groups)]) if groups > 1 else self._next(empty)
 
     def create_input(self, prefix: str | None = None) -> popxl.Tensor:
         """A graph input of the current graph for this variable."""
         name = f"{prefix}.{self.name}" if prefix and self.name else (self.name or prefix)
         return popxl.graph_input(self.shape, self.dtype, name, self.by_ref, self.meta_shape)
 
-    def create_tensor(self, name: str | None = None) -> popxl.Variable:
+    def create_tensor(self, name: str | None = None, empty: bool = False) -> popxl.Variable:
         """A new main-graph variable (data stacked per group when grouped)."""
-        groups = self.replica_grouping.num_groups
-        data = np.stack([self._next() for _ in range(groups)]) if groups > 1 else self._next()
+        data = self.next_data(empty)
         return popxl.variable(data, self.dtype, name or self.name, replica_grouping=self.replica_grouping)
+
+    def create_remote_tensor(
+        self, buffer: popxl.RemoteBuffer, entry: int, name: str | None = None, empty: bool = False
+    ) -> popxl.RemoteVariable:
+        """A new variable kept in entry `entry` of `buffer` (replica-sharded when the buffer holds shards)."""
+        data = self.next_data(empty)
+        create = popxl.remote_replica_sharded_variable if buffer.meta_shape else popxl.remote_variable
+        return create(data, buffer, entry, self.dtype, name or self.name, replica_grouping=self.replica_grouping)
 
 
 class NamedVariableFactories(DotTree[VariableFactory]):
     """Variable factories under dotted names."""
 
-    def init(self, prefix: str | None = None) -> NamedTensors:
-        """Create every variable (in key order), named by its dotted key."""
-        tensors = NamedTensors()
+    def init(self, prefix: str | None = None, empty: bool = False) -> NamedTensors:
+        """Create every variable (in key order, so that seeded random data is reproducible), named by its key."""
+        tensors = {}
+        for key, factory in sorted(self.to_dict().items()):
+            tensors[key] = factory.create_tensor(f"{prefix}.{key}" if prefix else key, empty)
+        return NamedTensors.from_dict(tensors)
+
+    def init_remote(
+        self, buffers: DotTree[popxl.RemoteBuffer], entry: int = 0, prefix: str | None = None, empty: bool = False
+    ) -> NamedTensors:
+        """Create every variable (in key order) as a remote variable in entry `entry` of the buffer of its name."""
+        held = buffers.to_dict()
+        missing = [k for k in self.keys_flat() if k not in held]
+        if missing:
+            raise KeyError(f"init_remote: no buffers for {missing}; buffers: {list(held)}")
+        tensors = {}
         for key, factory in sorted(self.to_dict().items()):
             name = f"{prefix}.{key}" if prefix else key
-            tensors.insert(key, factory.create_tensor(name), overwrite=True)
-        return tensors
+            tensors[key] = factory.create_remote_tensor(held[key], entry, name, empty)
+        return NamedTensors.from_dict(tensors)
+
+    @property
+    def replica_groupings(self) -> NamedReplicaGrouping:
+        """Each variable's replica grouping, under its name."""
+        return NamedReplicaGrouping.from_dict({k: f.replica_grouping for k, f in self.to_dict().items()})
 
     def init_zero(self) -> NamedTensors:
         """Zero-initialised tensors of the current graph with each factory's spec."""
@@ -101,6 +143,21 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         return NamedTensors.from_dict(
             {k: ops.init(f.shape, f.dtype, f.name, init_type, f.meta_shape) for k, f in self.to_dict().items()}
         )
+
+
+def add_replica_sharded_variable_input(
+    name: str,
+    data_iter: Callable[[], Any] | Iterable[Any],
+    dtype: Any | None = None,
+    by_ref: bool = False,
+    replica_grouping: popxl.ReplicaGrouping | None = None,
+    shard_over: int | None = None,
+) -> tuple[popxl.Tensor, VariableFactory]:
+    """A graph input holding a shard of a variable (over `shard_over` members of the grouping, all by default),
+    and the factory for the variable."""
+    group = replica_grouping if replica_grouping is not None else popxl.gir().replica_grouping()
+    factory = VariableFactory(data_iter, dtype, name, by_ref, group, shard_over or group.group_size)
+    return factory.create_input(), factory
 
 
 def add_variable_input(
