@@ -30,6 +30,7 @@ from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.optimizers import AdamOptimizerStep
 from popxl_addons.core.patterns import apply_pre_alias_patterns
 from popxl_addons.core.remote import (
     NamedRemoteBuffers,
@@ -58,6 +59,7 @@ from popxl_addons.core.variable_factory import (
 )
 
 __all__ = [
+    "AdamOptimizerStep",
     "BatchSerialResult",
     "BoundGraph",
     "DotTree",
