@@ -16,6 +16,8 @@ PACKAGES = {
     "harness": ("popxl_addons.harness", ["runtime", "core", "layers", "collectives"]),
 }
 TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"]
+# The examples run on every package, and the phased example's data ships with scikit-learn.
+EXAMPLE_DEPS = ["scikit-learn>=1.3"]
 
 
 def _install(session: nox.Session, package: str) -> None:
@@ -25,9 +27,14 @@ def _install(session: nox.Session, package: str) -> None:
 
 
 @nox.session
-@nox.parametrize("package", list(PACKAGES))
+@nox.parametrize("package", [*PACKAGES, "examples"])
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests, with remote buffers in host memory (the default) and again in device memory."""
+    if package == "examples":
+        _install(session, "harness")
+        session.install(*TEST_DEPS, *EXAMPLE_DEPS)
+        session.run("pytest", "examples/tests", "-q", *session.posargs)
+        return
     _install(session, package)
     session.install(*TEST_DEPS)
     session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
@@ -48,10 +55,10 @@ def typecheck(session: nox.Session, package: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over every package, the benchmarks and this file."""
+    """ruff over every package, the benchmarks, the examples and this file."""
     session.install("ruff>=0.5")
-    session.run("ruff", "check", "packages", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "packages", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "packages", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "format", "--check", "packages", "benchmarks", "examples", "noxfile.py")
 
 
 @nox.session
@@ -63,6 +70,14 @@ def demo(session: nox.Session) -> None:
     _install(session, "harness")
     reports = ["--json", "out/harness.json", "--html", "out/harness.html", "--plot", "out/schedule.png"]
     session.run("popxl-addons-harness", *reports, *session.posargs)
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The phased-training example: a digits classifier trained phase by phase, against un-phased."""
+    _install(session, "harness")
+    session.install(*EXAMPLE_DEPS)
+    session.run("python", "examples/phased_training.py", *session.posargs)
 
 
 @nox.session
