@@ -112,8 +112,10 @@ def test_graph_autodiff_method_guards_against_a_second_application() -> None:
         grad = graph.autodiff(grads_required=graph.graph.inputs[:1])
         assert grad.grad_graph_info.forward_graph is graph.graph
         assert [ec.fwd_tensor for ec in grad.grad_graph_info.expected_outputs] == [graph.graph.inputs[0]]
-        with pytest.raises(RuntimeError, match="already applied"):
+        with pytest.raises(RuntimeError, match="already been applied"):
             graph.autodiff()
-        with pytest.raises(ValueError, match="method"):
+        with pytest.raises(ValueError, match="needs `build_grad` implemented"):
             graph.autodiff(method="build_grad", force=True)
+        with pytest.raises(ValueError, match="`method` should be one of"):
+            graph.autodiff(method="magic", force=True)
         graph.autodiff(grads_required=graph.graph.inputs[:1], force=True)

@@ -29,6 +29,8 @@ class Graph:
         self._ids: set[str] = set()
         self._by_ref_inputs: set[Tensor] = set()
         self._call_sites: list[Op] = []
+        # False for graphs whose gradient a user defines: autodiff of a caller must be given it.
+        self.recursive_autodiff = True
 
     @property
     def id(self) -> str:

@@ -1,5 +1,6 @@
 """popxl-addons core: modules, named tensors, autodiff with accumulation and batch serialisation."""
 
+from popxl_addons.core import transforms
 from popxl_addons.core.array_munging import (
     handle_negative_axis,
     pad_axis,
@@ -27,11 +28,13 @@ from popxl_addons.core.batch_serialisation import (
 )
 from popxl_addons.core.dot_tree import DotTree
 from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
+from popxl_addons.core.graph_cache import GraphCache
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.optimizers import AdamOptimizerStep
 from popxl_addons.core.patterns import apply_pre_alias_patterns
+from popxl_addons.core.recomputation import recompute_graph
 from popxl_addons.core.remote import (
     NamedRemoteBuffers,
     create_remote_buffer,
@@ -59,6 +62,9 @@ from popxl_addons.core.variable_factory import (
 )
 
 __all__ = [
+    "transforms",
+    "GraphCache",
+    "recompute_graph",
     "AdamOptimizerStep",
     "BatchSerialResult",
     "BoundGraph",

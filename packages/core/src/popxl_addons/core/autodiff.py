@@ -19,18 +19,17 @@ from popxl_addons.core.variable_factory import NamedVariableFactories, VariableF
 
 
 def autodiff(
-    graph: GraphWithNamedArgs,
+    graph: GraphWithNamedArgs | popxl.Graph,
     grads_provided: Iterable[popxl.Tensor] | None = None,
     grads_required: Iterable[popxl.Tensor] | None = None,
     called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
 ) -> GraphWithNamedArgs:
-    """The gradient graph of `graph`, with the op-to-identity rewrite applied to every gradient graph."""
+    """The gradient graph of `graph` by popxl's autodiff, with the op-to-identity rewrite applied to every
+    gradient graph; the gradient graphs `graph` knows for the graphs it calls are used, with those given."""
+    graph = graph if isinstance(graph, GraphWithNamedArgs) else GraphWithNamedArgs(graph)
+    known = {**graph.called_graphs_grad_info, **(called_graphs_grad_info or {})}
     infos: dict[popxl.Graph, GradGraphInfo] = popxl_autodiff(
-        graph.graph,
-        grads_provided,
-        grads_required,
-        dict(called_graphs_grad_info or {}),
-        return_all_grad_graphs=True,
+        graph.graph, grads_provided, grads_required, known, return_all_grad_graphs=True
     )
     apply_op_to_identity(info.graph for info in infos.values())
     info = infos[graph.graph]

@@ -32,18 +32,43 @@ class BoundGraph:
 
 
 class GraphWithNamedArgs:
-    """A graph plus names for some of its inputs (usually its variables)."""
+    """A graph plus names for some of its inputs (usually its variables).
+
+    A graph made by a Module knows it (`from_module`), with the module's aux
+    tensors and the gradient graphs of the graphs it calls, so that `autodiff`
+    can use the module's own `build_grad`.
+    """
 
     def __init__(
         self,
         graph: popxl.Graph,
         args: NamedTensors | None = None,
         grad_graph_info: GradGraphInfo | None = None,
+        from_module: Any = None,
+        aux: Any = None,
+        called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
     ) -> None:
         self.graph = graph
         self.args = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
+        self._from_module = from_module
+        self._aux = aux
+        self.called_graphs_grad_info: dict[popxl.Graph, GradGraphInfo] = dict(called_graphs_grad_info or {})
         self.autodiff_applied = False
+
+    @classmethod
+    def from_grad_graph(cls, grad_graph_info: GradGraphInfo, args: NamedTensors | None = None) -> GraphWithNamedArgs:
+        """The gradient graph of `grad_graph_info`, with its info."""
+        return cls(grad_graph_info.graph, args, grad_graph_info)
+
+    @property
+    def aux(self) -> Any:
+        """The forward tensors the creating module kept for its `build_grad`."""
+        if self._aux is None:
+            from popxl_addons.core.module import _Aux
+
+            self._aux = _Aux()
+        return self._aux
 
     @property
     def grad_graph_info(self) -> GradGraphInfo:
@@ -76,24 +101,43 @@ class GraphWithNamedArgs:
         method: str = "auto",
         force: bool = False,
     ) -> GraphWithNamedArgs:
-        """The gradient graph of this graph (see `popxl_addons.core.autodiff`).
+        """The gradient graph of this graph: the creating module's `build_grad` when it has one ("auto",
+        "build_grad"), else popxl's autodiff ("autodiff").
 
         Autodiff adds outputs to this graph, so a second application is refused
-        unless `force` is set. Only the 'autodiff' method exists here ('auto' picks it).
+        unless `force` is set.
         """
-        if method not in ("auto", "autodiff"):
-            raise ValueError(f"`method` must be 'auto' or 'autodiff', got {method!r}")
+        if method not in ("auto", "build_grad", "autodiff"):
+            raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method!r}")
         if self.autodiff_applied and not force:
             raise RuntimeError(
-                f"Autodiff was already applied to {self.graph.id!r} and changed it in place; "
+                f"Autodiff has already been applied to {self.graph.id!r}, which changed it in place; "
                 "pass force=True to apply it again"
             )
-        from popxl_addons.core.autodiff import autodiff
+        own = self._from_module is not None and self._from_module.implements_grad_graph
+        if method == "build_grad" and not own:
+            raise ValueError(
+                f"method='build_grad' needs `build_grad` implemented and `from_module` is specified when the graph "
+                f"is made by a Module; {self.graph.id!r} has no such module"
+            )
+        if method != "autodiff" and own:
+            grad: GraphWithNamedArgs = self._from_module.create_grad_graph(self, grads_provided, grads_required)
+        else:
+            from popxl_addons.core.autodiff import autodiff
 
-        grad = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+            grad = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
         self.autodiff_applied = True
         return grad
 
     def copy(self) -> GraphWithNamedArgs:
         """A shallow copy with its own args tree."""
-        return GraphWithNamedArgs(self.graph, self.args.copy(), self._grad_graph_info)
+        new = GraphWithNamedArgs(
+            self.graph,
+            self.args.copy(),
+            self._grad_graph_info,
+            self._from_module,
+            self._aux,
+            self.called_graphs_grad_info,
+        )
+        new.autodiff_applied = self.autodiff_applied
+        return new

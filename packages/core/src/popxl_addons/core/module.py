@@ -1,61 +1,352 @@
-"""Module: builds a graph and records the variables it needs, with nested names."""
+"""Module: builds a graph, records the variables it needs under nested names, and may define its own gradient.
+
+A submodule assigned as an attribute shares its variable trees with its parent
+under the attribute's name, and its `build` runs under that name scope. A module
+that defines `build_grad` writes its gradient graph itself: `self.aux` holds
+forward tensors the gradient needs, `self.var_grad` names the variables' gradients.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
 
 import popxl
+from popxl.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from popxl_addons.core.graph import GraphWithNamedArgs
+from popxl_addons.core.graph_cache import GraphCache
 from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory
+from popxl_addons.core.variable_factory import (
+    NamedVariableFactories,
+    VariableFactory,
+    add_replica_sharded_variable_input,
+    add_variable_input,
+)
 
-# Modules whose build is running, innermost last: a submodule merges its variables into its parent's.
+GradInliningError = Literal["error", "warning", "none"]
+
+# The modules whose build (or build_grad) is running, innermost last.
 _building: list[Module] = []
+_building_grad: list[Module] = []
 
 
-class Module(popxl.Module):
-    """A popxl Module whose variables become named graph inputs.
+@contextmanager
+def _within(stack: list[Module], module: Module) -> Iterator[None]:
+    stack.append(module)
+    try:
+        yield
+    finally:
+        stack.pop()
 
-    Submodules assigned as attributes build under their attribute's name scope,
-    and their variables nest under that name.
-    """
+
+class _Aux:
+    """Forward tensors a module's `build_grad` needs, by key; reading one there makes it a gradient-graph input."""
 
     def __init__(self) -> None:
-        self._scope_name: str | None = None
-        self._reset()
+        self._values: dict[str, Any] = {}
+        self._grad_inputs: dict[str, popxl.Tensor] = {}
+        self._grad_to_fwd: dict[popxl.Tensor, popxl.Tensor] = {}
 
-    def _reset(self) -> None:
-        self._variable_factories = NamedVariableFactories()
-        self._named_inputs = NamedTensors()
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._values[key] = value
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, Module) and not name.startswith("_"):
-            object.__setattr__(value, "_scope_name", name)
-        object.__setattr__(self, name, value)
+    def __getitem__(self, key: str) -> Any:
+        if not _building_grad or _building_grad[-1].aux is not self:
+            raise RuntimeError(
+                "You can only get items within the `build_graph` method (`build_grad`), which runs through "
+                "`create_grad_graph` or `autodiff`"
+            )
+        value = self._values[key]
+        if not isinstance(value, popxl.Tensor):
+            return value
+        if key not in self._grad_inputs:
+            t = popxl.graph_input(value.shape, value.dtype, key, meta_shape=value.meta_shape)
+            self._grad_inputs[key] = t
+            self._grad_to_fwd[t] = value
+        return self._grad_inputs[key]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def copy(self) -> _Aux:
+        """A shallow copy."""
+        new = _Aux()
+        new._values = dict(self._values)
+        new._grad_inputs = dict(self._grad_inputs)
+        new._grad_to_fwd = dict(self._grad_to_fwd)
+        return new
+
+    def __repr__(self) -> str:
+        return repr(self._values)
+
+
+class _VarGrads:
+    """The gradients of the forward graph's variables, set by name within `build_grad`."""
+
+    def __init__(self, variables: dict[str, popxl.Tensor] | None = None) -> None:
+        self._values: dict[str, popxl.Tensor] = {}
+        self._variables = variables
+
+    def _require_grad_context(self) -> None:
+        if not _building_grad or _building_grad[-1].var_grad is not self:
+            raise RuntimeError(
+                "You can only use `var_grad` within the `build_graph` method (`build_grad`), which runs through "
+                "`create_grad_graph` or `autodiff`"
+            )
+
+    def __getitem__(self, key: str) -> popxl.Tensor:
+        self._require_grad_context()
+        return self._values[key]
+
+    def __setitem__(self, key: str, t: popxl.Tensor) -> None:
+        self._require_grad_context()
+        if not isinstance(t, popxl.Tensor):
+            raise TypeError(f"Not a tensor: {t!r}")
+        assert self._variables is not None
+        if key not in self._variables:
+            raise KeyError(f"Not a variable: {key}. Possible inputs: {list(self._variables)}")
+        var = self._variables[key]
+        if (var.shape, var.meta_shape) != (t.shape, t.meta_shape):
+            raise ValueError(
+                f"Shape or meta-shape of Tensor does not match variable. The gradient of {key} has shape {t.shape} "
+                f"(meta shape {t.meta_shape}), the variable shape {var.shape} (meta shape {var.meta_shape})"
+            )
+        self._values[key] = t
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+
+class _NameScoped(type):
+    """Runs every `build` under the module's name scope (the attribute name it was assigned to)."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> Any:
+        build = namespace.get("build")
+        if callable(build):
+
+            def scoped(self: Module, *args: Any, **kwargs: Any) -> Any:
+                scope = self.__dict__.get("_name_scope")
+                if scope is None:
+                    return build(self, *args, **kwargs)
+                with popxl.name_scope(scope):
+                    return build(self, *args, **kwargs)
+
+            scoped.__wrapped__ = build  # type: ignore[attr-defined]
+            scoped.__doc__, scoped.__name__, scoped.__qualname__ = build.__doc__, build.__name__, build.__qualname__
+            scoped.__annotations__ = getattr(build, "__annotations__", {})
+            namespace["build"] = scoped
+        return super().__new__(mcs, name, bases, namespace)
+
+
+class Module(popxl.Module, metaclass=_NameScoped):
+    """A popxl Module whose variables become named graph inputs, as in popxl-addons.
+
+    `cache=True` reuses the graph of an earlier `create_graph` with compatible
+    arguments. A module that implements `build_grad` must be called through
+    its graph (`call_module`); calling it inline raises, warns or passes as
+    `grad_inlining_error` says.
+    """
+
+    _variable_factories: NamedVariableFactories
+    _named_inputs: NamedTensors
+
+    def __init__(self, cache: bool = False, grad_inlining_error: GradInliningError = "error") -> None:
+        if grad_inlining_error not in ("error", "warning", "none"):
+            raise ValueError(
+                f"grad_inlining_error should be one of 'error', 'warning', 'none'. Not: {grad_inlining_error}"
+            )
+        object.__setattr__(self, "_variable_factories", NamedVariableFactories())
+        object.__setattr__(self, "_named_inputs", NamedTensors())
+        self._graph_cache = GraphCache() if cache else None
+        self._args_cache: dict[popxl.Graph, tuple[NamedVariableFactories, NamedTensors]] = {}
+        self.aux = _Aux()
+        self.var_grad = _VarGrads()
+        self.grad_inlining_error = grad_inlining_error
+        self.called_graphs_grad_info: dict[popxl.Graph, GradGraphInfo] = {}
+        self._submodule_infos: list[Module] = []
+        if cache and self.implements_grad_graph:
+            raise ValueError("You cannot use graph caching if you have implemented `build_grad`.")
+
+    def _require_init(self) -> None:
         if "_variable_factories" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__()")
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if isinstance(value, Module) and not key.startswith("_"):
+            self._require_init()
+            value.set_name_scope(key)
+            # The child's trees are shared: what it adds while building appears under `key` here.
+            self._variable_factories.insert(key, value._variable_factories, overwrite=True)
+            self._named_inputs.insert(key, value._named_inputs, overwrite=True)
+            self._submodule_infos.append(value)
+        object.__setattr__(self, key, value)
+
+    def set_name_scope(self, name: str) -> None:
+        """Build under name scope `name`."""
+        object.__setattr__(self, "_name_scope", name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._require_init()
+        if self.implements_grad_graph and (not _building or _building[-1] is not self):
+            message = (
+                f"{type(self).__name__} is called inline but `build_grad` has been implemented, so autodiff would "
+                "not use it: create its graph and call that (`self.call_module`), or set grad_inlining_error='none'"
+            )
+            if self.grad_inlining_error == "error":
+                raise RuntimeError(message)
+            if self.grad_inlining_error == "warning":
+                warnings.warn(message, stacklevel=2)
+        return self.build(*args, **kwargs)
+
+    def build_grad(self, *args: Any) -> Any:
+        """Define this module's gradient graph: inputs are the gradients of the forward outputs, in order;
+        outputs the gradients of the forward inputs that are not variables, in order."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `build_grad` to create a gradient graph")
+
+    @property
+    def implements_grad_graph(self) -> bool:
+        """Whether this module defines its own `build_grad`."""
+        return type(self).build_grad is not Module.build_grad
+
+    def _reset(self) -> None:
+        """Forget the state of the last build (the trees are emptied in place: parents share them)."""
+        self._variable_factories._clear()
+        self._named_inputs._clear()
+        self.called_graphs_grad_info = {}
+        self.aux = _Aux()
+        self.var_grad = _VarGrads()
+
+    def _called_infos(self) -> dict[popxl.Graph, GradGraphInfo]:
+        infos: dict[popxl.Graph, GradGraphInfo] = {}
+        for sub in self._submodule_infos:
+            infos.update(sub._called_infos())
+        infos.update(self.called_graphs_grad_info)
+        return infos
+
+    def create_graph(self, *args: Any, **kwargs: Any) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+        """Trace `build` into a new subgraph (or reuse a cached one); its variable factories and the graph."""
+        self._require_init()
+        if self._graph_cache is not None:
+            with _within(_building, self):
+                graph = self._graph_cache.create_graph(self, *args, **kwargs)
+            if graph not in self._args_cache:
+                self._args_cache[graph] = (self._variable_factories.copy(), self._named_inputs.copy())
+            factories, named = self._args_cache[graph]
+        else:
+            self.aux = _Aux()
+            with _within(_building, self):
+                graph = popxl.gir().create_graph(self, *args, **kwargs)
+            if self.implements_grad_graph:
+                graph.recursive_autodiff = False
+            factories, named = self._variable_factories, self._named_inputs
+        result = GraphWithNamedArgs(
+            graph,
+            named.copy(),
+            from_module=self,
+            aux=self.aux.copy(),
+            called_graphs_grad_info=self._called_infos(),
+        )
+        factories = factories.copy()
         self._reset()
-        _building.append(self)
-        try:
-            if self._scope_name is not None:
-                with popxl.name_scope(self._scope_name):
-                    result = self.build(*args, **kwargs)
-            else:
-                result = self.build(*args, **kwargs)
-        finally:
-            _building.pop()
-        if _building:
-            parent = _building[-1]
-            if self._scope_name is not None:
-                parent._variable_factories.insert(self._scope_name, self._variable_factories, overwrite=True)
-                parent._named_inputs.insert(self._scope_name, self._named_inputs, overwrite=True)
-            else:
-                parent._variable_factories.update(self._variable_factories, overwrite=True)
-                parent._named_inputs.update(self._named_inputs, overwrite=True)
-        return result
+        return factories, result
+
+    def create_grad_graph(
+        self,
+        fwd_graph: GraphWithNamedArgs,
+        grads_provided: Iterable[popxl.Tensor] | None = None,
+        grads_required: Iterable[popxl.Tensor] | None = None,
+    ) -> GraphWithNamedArgs:
+        """The gradient graph this module's `build_grad` writes for `fwd_graph`.
+
+        The aux tensors `build_grad` reads become outputs of `fwd_graph` (so this
+        changes `fwd_graph`, once); the variables' gradients set in `var_grad`
+        follow the non-variable input gradients among the gradient graph's outputs.
+        """
+        if not self.implements_grad_graph:
+            raise NotImplementedError(f"{type(self).__name__} does not implement `build_grad`")
+        provided, plain, variables = self._grad_signature(fwd_graph, grads_provided, grads_required)
+        self.var_grad = _VarGrads(fwd_graph.args.to_dict())
+        self.aux = fwd_graph.aux.copy()
+        with _within(_building_grad, self):
+            grad_graph = popxl.gir().create_graph(self.build_grad, *[t.spec for t in provided])
+        self._check_grad_graph(grad_graph, plain, variables)
+        with grad_graph:
+            for name in variables:
+                popxl.graph_output(self.var_grad._values[name])
+        # Every aux tensor the gradient reads becomes a forward output, inputs too (popxl-addons' stitching).
+        for fwd_t in self.aux._grad_to_fwd.values():
+            fwd_graph.graph.add_output(fwd_t)
+        expected_in = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in provided]
+        expected_in += [
+            ExpectedConnection._create(self.aux._grad_to_fwd[t], ExpectedConnectionType.Fwd)
+            for t in grad_graph.inputs[len(provided) :]
+        ]
+        expected_out = [
+            ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in [*plain, *variables.values()]
+        ]
+        info = GradGraphInfo._create(grad_graph, fwd_graph.graph, expected_in, expected_out)
+        self._reset()
+        return GraphWithNamedArgs.from_grad_graph(info)
+
+    def _grad_signature(
+        self,
+        fwd: GraphWithNamedArgs,
+        grads_provided: Iterable[popxl.Tensor] | None,
+        grads_required: Iterable[popxl.Tensor] | None,
+    ) -> tuple[list[popxl.Tensor], list[popxl.Tensor], dict[str, popxl.Tensor]]:
+        for name, param in inspect.signature(self.build_grad).parameters.items():
+            if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+                raise TypeError(
+                    "The `build_grad` method signature must only have a fixed number of positional parameters "
+                    f"as inputs. Not a positional parameter: {name}"
+                )
+        provided = _checked(grads_provided, fwd.graph.outputs, "grads_provided", "output")
+        required = _checked(grads_required, fwd.graph.inputs, "grads_required", "input")
+        names = {id(t): n for n, t in fwd.args.to_dict().items()}
+        variables = {names[id(t)]: t for t in required if id(t) in names}
+        plain = [t for t in required if id(t) not in names]
+        return provided, plain, variables
+
+    def _check_grad_graph(
+        self, grad_graph: popxl.Graph, plain: Sequence[popxl.Tensor], variables: dict[str, popxl.Tensor]
+    ) -> None:
+        missing = [n for n in variables if n not in self.var_grad]
+        if missing:
+            raise RuntimeError(
+                "Not all variable gradients have been specified in self.var_grad. If you don't want every "
+                f"gradient, give `grads_required`. Variables missing gradients: {missing}"
+            )
+        outputs = grad_graph.outputs
+        if len(outputs) > len(plain):
+            raise RuntimeError(
+                f"Too many outputs in the grad graph: build_grad returned {len(outputs)} gradients, but "
+                f"`grads_required` has {len(plain)} inputs that are not variables"
+            )
+        if len(outputs) < len(plain):
+            raise RuntimeError(
+                "Not all forward graph inputs have been specified as outputs in the grad graph: build_grad returned "
+                f"{len(outputs)} gradients for {len(plain)} required inputs that are not variables"
+            )
+        for i, (out, want) in enumerate(zip(outputs, plain)):
+            if (out.shape, out.meta_shape) != (want.shape, want.meta_shape):
+                raise ValueError(
+                    f"Shape or meta-shape of output Tensor at position {i} does not match the `grad_required` at "
+                    f"position {i}: {out.shape} (meta shape {out.meta_shape}) against {want.shape} "
+                    f"(meta shape {want.meta_shape})"
+                )
+
+    def add_variable_factory(self, variable_f: VariableFactory, name: str | None = None) -> popxl.Tensor:
+        """A graph input from an existing variable factory, under `name` (the factory's name by default)."""
+        key = name or variable_f.name
+        if key is None:
+            raise ValueError("add_variable_factory needs a name: the factory has none")
+        t = variable_f.create_input()
+        self._variable_factories.insert(key, variable_f)
+        self._named_inputs.insert(key, t)
+        return t
 
     def add_variable_input(
         self,
@@ -66,8 +357,12 @@ class Module(popxl.Module):
         replica_grouping: popxl.ReplicaGrouping | None = None,
         overwrite: bool = False,
     ) -> popxl.Tensor:
-        """A new graph input named `name`, with a factory for its variable."""
-        return self._add_input(name, VariableFactory(data_iter, dtype, name, by_ref, replica_grouping), overwrite)
+        """A new graph input named `name`, with a factory for its variable (merged into a subtree with `overwrite`)."""
+        self._require_init()
+        t, factory = add_variable_input(name, data_iter, dtype, by_ref, replica_grouping)
+        self._variable_factories.insert(name, factory, overwrite)
+        self._named_inputs.insert(name, t, overwrite)
+        return t
 
     def add_replica_sharded_variable_input(
         self,
@@ -79,26 +374,91 @@ class Module(popxl.Module):
         shard_over: int | None = None,
     ) -> popxl.Tensor:
         """A new graph input holding this replica's shard of a variable of the data's shape."""
-        grouping = replica_grouping if replica_grouping is not None else popxl.gir().replica_grouping()
-        shards = grouping.group_size if shard_over is None else shard_over
-        factory = VariableFactory(data_iter, dtype, name, by_ref, grouping, shards)
-        return self._add_input(name, factory, False)
-
-    def _add_input(self, name: str, factory: VariableFactory, overwrite: bool) -> popxl.Tensor:
-        t = factory.create_input()
-        self._variable_factories.insert(name, factory, overwrite)
-        self._named_inputs.insert(name, t, overwrite)
+        self._require_init()
+        t, factory = add_replica_sharded_variable_input(name, data_iter, dtype, by_ref, replica_grouping, shard_over)
+        self._variable_factories.insert(name, factory)
+        self._named_inputs.insert(name, t)
         return t
 
-    def create_graph(self, *args: Any, **kwargs: Any) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
-        """Trace `build` into a new subgraph; returns its variable factories and the graph."""
-        ir = popxl.gir()
-        self._reset()
-        _building.append(self)
+    def add_variable_inputs(
+        self, name: str | int, variable_f: NamedVariableFactories, overwrite: bool = False
+    ) -> NamedTensors:
+        """Graph inputs for every factory of `variable_f`, under `name`: to bind another module's graph."""
+        if isinstance(name, int):
+            if name < 0:
+                raise ValueError(f"Name of int type must be positive. Value: {name}")
+            name = str(name)
+        tensors = NamedTensors.from_dict({k: f.create_input() for k, f in variable_f.to_dict().items()})
+        self._variable_factories.insert(name, variable_f.copy(), overwrite)
+        self._named_inputs.insert(name, tensors, overwrite)
+        return tensors
+
+    @classmethod
+    def from_list(cls, sub_modules: Sequence[Module]) -> Module:
+        """A module holding `sub_modules` under "0", "1", ... (iterable, and indexable by number)."""
+        module = cls()
+        for i, sub in enumerate(sub_modules):
+            setattr(module, str(i), sub)
+        object.__setattr__(module, "_sub_modules", list(sub_modules))
+        return module
+
+    @classmethod
+    def from_variable_factories(cls, inputs: Sequence[VariableFactory]) -> Module:
+        """A module whose attributes "0", "1", ... are graph inputs for the given factories (inside a build)."""
+        module = cls()
+        for i, factory in enumerate(inputs):
+            object.__setattr__(module, str(i), module.add_variable_factory(factory, name=str(i)))
+        return module
+
+    def get(self, key: str | int) -> Any:
+        """The attribute `key` (numbers name list members)."""
+        return getattr(self, str(key))
+
+    def __getitem__(self, key: str | int) -> Any:
+        return self.get(key)
+
+    def __iter__(self) -> Iterator[Any]:
         try:
-            graph = ir.create_graph(self, *args, **kwargs)
-        finally:
-            _building.pop()
-        factories, named = self._variable_factories, self._named_inputs
-        self._reset()
-        return factories, GraphWithNamedArgs(graph, named)
+            return iter(self.__dict__["_sub_modules"])
+        except KeyError:
+            raise TypeError(f"{type(self).__name__} is iterable only when made by Module.from_list") from None
+
+    def call_module(
+        self,
+        module: Module,
+        name: str | None = None,
+        autodiff: Literal["auto", "build_grad", "autodiff", "none"] = "auto",
+        grads_provided: Callable[[GraphWithNamedArgs], Iterable[popxl.Tensor]] | None = None,
+        grads_required: Callable[[GraphWithNamedArgs], Iterable[popxl.Tensor]] | None = None,
+    ) -> Callable[..., tuple[popxl.Tensor, ...]]:
+        """`module` outlined: calling the result creates its graph (and, for `autodiff`, its gradient graph, which
+        autodiff of this module then uses), adds its variables under `name`, and calls the graph."""
+
+        def call(*args: Any, **kwargs: Any) -> tuple[popxl.Tensor, ...]:
+            factories, graph = module.create_graph(*args, **kwargs)
+            variables = self.add_variable_inputs(name or type(module).__name__, factories)
+            self.called_graphs_grad_info.update(graph.called_graphs_grad_info)
+            outputs_before = len(graph.graph.outputs)
+            if autodiff != "none" and (autodiff != "auto" or module.implements_grad_graph):
+                provided = grads_provided(graph) if grads_provided is not None else None
+                required = grads_required(graph) if grads_required is not None else None
+                grad = graph.autodiff(method=autodiff, grads_provided=provided, grads_required=required)
+                self.called_graphs_grad_info[graph.graph] = grad.grad_graph_info
+            return graph.bind(variables).call(*args, **kwargs)[:outputs_before]
+
+        return call
+
+
+def _checked(
+    given: Iterable[popxl.Tensor] | None, allowed: Sequence[popxl.Tensor], what: str, kind: str
+) -> list[popxl.Tensor]:
+    if given is None:
+        return list(allowed)
+    tensors = list(given)
+    for t in tensors:
+        if not isinstance(t, popxl.Tensor) or t not in allowed:
+            raise ValueError(f"A Tensor specified in `{what}` is not a {kind} of `fwd_graph` or not a Tensor: {t}")
+    repeated = [t for i, t in enumerate(tensors) if any(t is u for u in tensors[:i])]
+    if repeated:
+        raise ValueError(f"A Tensor has been specified more than once in `{what}`. Duplicates: {repeated}")
+    return tensors

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import jax
 import jax.numpy as jnp
 
+from popxl import dtypes
 from popxl.op import Attrs, OpDef, register
-from popxl.opdefs.common import broadcast_shapes, same_dtype, vjp_grad
+from popxl.opdefs.common import broadcast_shapes, vjp_grad
 from popxl.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from popxl.lowering.interpreter import LoweringContext
 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -29,14 +35,17 @@ def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 def _infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     a, b = specs
-    return [TensorSpec(matmul_shape(a.shape, b.shape), same_dtype("matmul", specs))]
+    # As popart: the result has the left operand's type unless an output type is asked for.
+    out = attrs.get("output_type") or a.dtype
+    return [TensorSpec(matmul_shape(a.shape, b.shape), out)]
 
 
-MATMUL = register(
-    OpDef(
-        "matmul",
-        _infer,
-        lambda ctx, attrs, a, b: [jnp.matmul(a, b, preferred_element_type=a.dtype)],
-        grad=vjp_grad({0: (1,), 1: (0,)}),
-    )
-)
+def _lower(ctx: LoweringContext, attrs: Attrs, a: jax.Array, b: jax.Array) -> list[jax.Array]:
+    out = (attrs.get("output_type") or dtypes.as_dtype(a.dtype)).as_numpy()
+    if a.dtype != b.dtype:
+        common = jnp.promote_types(a.dtype, b.dtype)
+        a, b = a.astype(common), b.astype(common)
+    return [jnp.matmul(a, b, preferred_element_type=a.dtype).astype(out)]
+
+
+MATMUL = register(OpDef("matmul", _infer, _lower, grad=vjp_grad({0: (1,), 1: (0,)})))

@@ -183,9 +183,19 @@ def where(condition: Tensor, lhs: Tensor, rhs: Tensor) -> Tensor:
     return _one(ew.WHERE, [condition, lhs, rhs])
 
 
-def matmul(lhs: Tensor, rhs: Tensor) -> Tensor:
-    """Matrix product with NumPy's broadcasting rules."""
-    return _one(linalg.MATMUL, [lhs, rhs])
+def matmul(
+    lhs: Tensor,
+    rhs: Tensor,
+    available_memory_proportion: float | None = None,
+    output_type: Any | None = None,
+    partials_type: Any | None = None,
+) -> Tensor:
+    """Matrix product with NumPy's broadcasting rules, in `lhs`'s type unless `output_type` is given.
+
+    `available_memory_proportion` and `partials_type` tune the IPU's matmul and change nothing here.
+    """
+    attrs = {"output_type": dtypes.as_dtype(output_type) if output_type is not None else None}
+    return _one(linalg.MATMUL, [lhs, rhs], attrs)
 
 
 def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool) -> Tensor:

@@ -131,10 +131,19 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
     """Gradient rule of `call`: differentiate the called graph and call its gradient graph."""
     sub: Graph = op.attrs["graph"]
     wanted = [i for i, t in enumerate(op.inputs) if gb.wants(t)]
+    needed = [sub.inputs[i] for i in wanted]
+    # A known gradient graph serves if it gives every needed gradient (extra ones are left unused).
     info = gb.called_infos.get(sub)
-    if info is None or [ec.fwd_tensor for ec in info.expected_outputs] != [sub.inputs[i] for i in wanted]:
+    covered = {id(ec.fwd_tensor) for ec in info.expected_outputs} if info is not None else set()
+    if info is None or any(id(t) not in covered for t in needed):
+        if not sub.recursive_autodiff:
+            missing = "no gradient graph" if info is None else "a gradient graph without all the gradients needed"
+            raise AutodiffError(
+                f"{sub.id!r} is marked as unsafe to autodiff recursively (its gradient is user-defined) and has "
+                f"{missing}: pass its gradient graph in `called_graphs_grad_info`"
+            )
         provided = [o for o in sub.outputs if o.dtype.is_floating_point]
-        info = grad_graph(sub, provided, [sub.inputs[i] for i in wanted], gb.called_infos)
+        info = grad_graph(sub, provided, needed, gb.called_infos)
     feeds: list[Tensor] = []
     for ec in info.expected_inputs:
         t = ec.fwd_tensor
