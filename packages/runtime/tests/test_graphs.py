@@ -33,6 +33,23 @@ def test_create_graph_names_inputs_after_parameters_and_ids_follow_popxl() -> No
     assert len(g.outputs) == 1
 
 
+def test_create_graph_keeps_keywords_after_a_skipped_default() -> None:
+    seen: dict[str, object] = {}
+
+    def fn(x: popxl.Tensor, op: str = "add", scale: float = 1.0, *rest: float, **extra: popxl.Tensor) -> popxl.Tensor:
+        seen.update(op=op, scale=scale, rest=rest, extra=sorted(extra))
+        return x * scale
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        spec = popxl.TensorSpec((2,), popxl.float32)
+        ir.create_graph(fn, spec, scale=3.0)
+        assert seen == {"op": "add", "scale": 3.0, "rest": (), "extra": []}
+        g = ir.create_graph(fn, spec, "mul", 2.0, 5.0, y=spec)
+        assert seen == {"op": "mul", "scale": 2.0, "rest": (5.0,), "extra": ["y"]}
+        assert [t.name for t in g.inputs] == ["x", "y"]
+
+
 def test_create_graph_errors() -> None:
     ir = popxl.Ir()
     with ir.main_graph:

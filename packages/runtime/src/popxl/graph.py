@@ -198,27 +198,22 @@ def trace(graph: Graph, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:
         raise ValueError(f"Arguments do not match the signature of {fn!r}: {e}") from e
-    call_args: list[Any] = []
-    call_kwargs: dict[str, Any] = {}
     with graph, context.fresh_name_scopes():
-        for pname, value in bound.arguments.items():
+        for pname, value in list(bound.arguments.items()):
             param = sig.parameters[pname]
             by_ref = _is_by_ref(param.annotation)
             if param.kind is inspect.Parameter.VAR_POSITIONAL:
-                call_args.extend(
+                bound.arguments[pname] = tuple(
                     _input_from(v, f"{pname}_{i}", by_ref) if _is_tensor_like(v) else v for i, v in enumerate(value)
                 )
             elif param.kind is inspect.Parameter.VAR_KEYWORD:
-                call_kwargs.update(
-                    {k: _input_from(v, k, by_ref) if _is_tensor_like(v) else v for k, v in value.items()}
-                )
+                bound.arguments[pname] = {
+                    k: _input_from(v, k, by_ref) if _is_tensor_like(v) else v for k, v in value.items()
+                }
             else:
-                traced = _trace_arg(pname, value, by_ref)
-                if param.kind is inspect.Parameter.KEYWORD_ONLY:
-                    call_kwargs[pname] = traced
-                else:
-                    call_args.append(traced)
-        result = fn(*call_args, **call_kwargs)
+                bound.arguments[pname] = _trace_arg(pname, value, by_ref)
+        # BoundArguments passes a parameter by keyword once an earlier one was left to its default.
+        result = fn(*bound.args, **bound.kwargs)
         for t in _outputs_of(fn, result):
             graph_output(t)
 

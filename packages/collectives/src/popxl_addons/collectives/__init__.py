@@ -1,4 +1,4 @@
-"""popxl-addons collectives: tensor-parallel all-reduces with special gradients."""
+"""popxl-addons collectives: tensor-parallel all-reduces with special gradients, and strided collectives."""
 
 from popxl_addons.collectives.all_reduce_tp import (
     PatternNotAppliedError,
@@ -6,10 +6,24 @@ from popxl_addons.collectives.all_reduce_tp import (
     replicated_all_reduce_identical_grad_inputs,
     replicated_all_reduce_identical_inputs,
 )
+from popxl_addons.collectives.strided import (
+    replicated_all_gather_strided,
+    replicated_all_reduce_strided,
+    replicated_all_reduce_strided_graph,
+    replicated_all_reduce_strided_identical_grad_inputs,
+    replicated_all_reduce_strided_identical_inputs,
+    replicated_reduce_scatter_strided,
+)
 
 __all__ = [
     "PatternNotAppliedError",
     "replicated_all_reduce",
     "replicated_all_reduce_identical_grad_inputs",
     "replicated_all_reduce_identical_inputs",
+    "replicated_all_gather_strided",
+    "replicated_all_reduce_strided",
+    "replicated_all_reduce_strided_graph",
+    "replicated_all_reduce_strided_identical_grad_inputs",
+    "replicated_all_reduce_strided_identical_inputs",
+    "replicated_reduce_scatter_strided",
 ]

@@ -38,7 +38,7 @@ def _infer(specs: Sequence[popxl.TensorSpec], attrs: Attrs) -> list[popxl.Tensor
 
 
 def _lower(ctx: LoweringContext, attrs: Attrs, x: Any) -> list[Any]:
-    return [all_reduce_values(ctx, x, "add", attrs["group"])]
+    return [all_reduce_values(ctx, x, attrs["op"], attrs["group"])]
 
 
 def _grad(gb: GradBuilder, op: Op, out_grads: Sequence[popxl.Tensor | None]) -> list[popxl.Tensor | None]:
@@ -74,13 +74,20 @@ ALL_REDUCE_TP = register(
 )
 
 
-def _create(
-    t: popxl.Tensor, op: str, group: popxl.ReplicaGrouping | None, identical_inputs: bool, identical_grad_inputs: bool
+def create_all_reduce(
+    t: popxl.Tensor,
+    op: str,
+    group: popxl.ReplicaGrouping | None,
+    identical_inputs: bool,
+    identical_grad_inputs: bool,
+    kind: str = "replicated_all_reduce_TP",
+    allowed: tuple[str, ...] = ("add",),
 ) -> popxl.Tensor:
+    """An all-reduce over `group` whose forward or gradient may be an identity; `allowed` names its ops."""
     if op not in SUPPORTED_OPS:
         raise ValueError(f"Unknown collective op {op!r}: expected one of {SUPPORTED_OPS}")
-    if op != "add":
-        raise ValueError(f"replicated_all_reduce_TP supports only op='add' (CollectiveOperator::Add), got {op!r}")
+    if op not in allowed:
+        raise ValueError(f"{kind} supports only op in {allowed}, got {op!r}")
     group = group if group is not None else popxl.gir().replica_grouping()
     attrs = {
         "op": op,
@@ -95,16 +102,16 @@ def replicated_all_reduce_identical_inputs(
     t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None
 ) -> popxl.Tensor:
     """Forward: identity (inputs are equal across `group`). Gradient: all-reduce sum over `group`."""
-    return _create(t, op, group, True, False)
+    return create_all_reduce(t, op, group, True, False)
 
 
 def replicated_all_reduce_identical_grad_inputs(
     t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None
 ) -> popxl.Tensor:
     """Forward: all-reduce sum over `group`. Gradient: identity (gradients are equal across `group`)."""
-    return _create(t, op, group, False, True)
+    return create_all_reduce(t, op, group, False, True)
 
 
 def replicated_all_reduce(t: popxl.Tensor, op: str = "add", group: popxl.ReplicaGrouping | None = None) -> popxl.Tensor:
     """All-reduce sum over `group`, forward and gradient."""
-    return _create(t, op, group, False, False)
+    return create_all_reduce(t, op, group, False, False)
