@@ -7,7 +7,13 @@ buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
 import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
 from popxl import dtypes, ops, transforms
 from popxl.context import gcg, gir, gmg, in_sequence, io_tiles, ipu, name_scope
-from popxl.creation import constant, remote_replica_sharded_variable, remote_variable, variable
+from popxl.creation import (
+    constant,
+    remote_replica_sharded_variable,
+    remote_variable,
+    replica_sharded_variable,
+    variable,
+)
 from popxl.dtypes import (
     bfloat16,
     bool_,
@@ -26,11 +32,12 @@ from popxl.graph import Graph, graph_input, graph_output
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.module import Module
+from popxl.random_seed import create_seeds, two_uint32_to_uint64, uint64_to_two_uint32
 from popxl.remote_buffer import RemoteBuffer, remote_buffer, replica_sharded_buffer
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.session import Session
 from popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
-from popxl.tensor import Constant, RemoteVariable, Tensor, TensorByRef, TensorSpec, Variable
+from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Tensor, TensorByRef, TensorSpec, Variable
 
 bool = bool_
 
@@ -51,10 +58,12 @@ __all__ = [
     "TensorByRef",
     "TensorSpec",
     "Variable",
+    "LoadedVariable",
     "bfloat16",
     "bool",
     "bool_",
     "constant",
+    "create_seeds",
     "d2h_stream",
     "dtype",
     "dtypes",
@@ -78,9 +87,12 @@ __all__ = [
     "remote_replica_sharded_variable",
     "remote_variable",
     "replica_sharded_buffer",
+    "replica_sharded_variable",
     "transforms",
+    "two_uint32_to_uint64",
     "uint8",
     "uint16",
     "uint32",
+    "uint64_to_two_uint32",
     "variable",
 ]

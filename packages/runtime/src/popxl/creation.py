@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from popxl import context, dtypes
-from popxl.remote_buffer import RemoteBuffer
+from popxl.remote_buffer import RemoteBuffer, replica_sharded_buffer
 from popxl.replica_grouping import ReplicaGrouping
-from popxl.tensor import Constant, RemoteVariable, Variable
+from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Variable
 
 
 def _as_array(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
@@ -72,13 +72,27 @@ def _remote(
     sharded: bool,
 ) -> RemoteVariable:
     arr, dt, grouping, mode = _variable_args(data, dtype, replica_grouping, retrieval_mode, name)
-    group_shape = arr.shape[1:] if grouping.num_groups > 1 else arr.shape
+    group_shape = tuple(arr.shape[1:] if grouping.num_groups > 1 else arr.shape)
+    shard_over = None
     if sharded:
-        shard = (-(-math.prod(group_shape) // grouping.group_size),)
-        expected = (shard, dt, tuple(group_shape))
+        if remote_buffer.ir.replication_factor <= 1:
+            raise ValueError(
+                f"Replica-sharded variable {name or 't'!r} needs a replication factor above 1, "
+                f"got {remote_buffer.ir.replication_factor}"
+            )
+        shard_over = remote_buffer.shard_over or grouping.group_size
+        if grouping.group_size % shard_over:
+            raise ValueError(
+                f"Replica-sharded variable {name or 't'!r}: its buffer shards over {shard_over} replicas, "
+                f"which does not divide the group size {grouping.group_size} of {grouping}"
+            )
+        if not remote_buffer.meta_shape:
+            # As in popxl, a plain buffer of the shard's shape takes the variable's shape as its meta shape.
+            remote_buffer.meta_shape = group_shape
+        expected = ((-(-math.prod(group_shape) // shard_over),), dt, group_shape)
         found = (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, remote_buffer.meta_shape)
     else:
-        expected, found = (tuple(group_shape), dt, ()), (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, ())
+        expected, found = (group_shape, dt, ()), (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, ())
     if expected != found:
         raise ValueError(
             f"Remote variable {name or 't'!r} needs a buffer of (shape, dtype, meta_shape) {expected}, got {found}"
@@ -86,7 +100,7 @@ def _remote(
     if not 0 <= offset < remote_buffer.entries:
         raise ValueError(f"Offset {offset} is outside the {remote_buffer.entries} entries of {remote_buffer}")
     scoped = context.name_scope_prefix() + (name or "t")
-    return RemoteVariable(context.gcg(), scoped, arr, dt, grouping, mode, remote_buffer, offset, sharded)
+    return RemoteVariable(context.gcg(), scoped, arr, dt, grouping, mode, remote_buffer, offset, shard_over)
 
 
 def remote_variable(
@@ -115,3 +129,35 @@ def remote_replica_sharded_variable(
 ) -> RemoteVariable:
     """A variable whose shards over each replica group are stored in entry `offset` of a sharded buffer."""
     return _remote(data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, sharded=True)
+
+
+def replica_sharded_variable(
+    data: Any,
+    dtype: Any | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    shard_over: int | None = None,
+    retrieval_mode: str | None = None,
+) -> tuple[RemoteVariable, LoadedVariable]:
+    """A replica-sharded variable and its on-device shard.
+
+    As in popxl, the first is the whole variable, kept in a sharded remote
+    buffer, for the Session's get and set methods; the second, each replica's
+    shard, is what the program uses. Weights going to the device load the
+    shard from the buffer; weights going to the host store it back.
+    """
+    arr, dt = _as_array(data, dtype)
+    buffer = replica_sharded_buffer(arr.shape, dt, replica_grouping, shard_over)
+    whole = remote_replica_sharded_variable(arr, buffer, 0, dt, name, downcast, replica_grouping, retrieval_mode)
+    return whole, loaded_variable(whole, whole.name + "_rts")
+
+
+def loaded_variable(whole: RemoteVariable, name: str | None = None) -> LoadedVariable:
+    """The on-device value of remote variable `whole`, loaded when weights go to the device."""
+    main = whole.graph.ir.main_graph
+    if whole.graph is not main:
+        raise ValueError(f"{whole} is not a variable of its Ir's main graph")
+    if any(isinstance(v, LoadedVariable) and v.whole is whole for v in main.variables):
+        raise ValueError(f"{whole} already has a loaded value")
+    return LoadedVariable(main, name or whole.name + "_loaded", whole)

@@ -7,9 +7,11 @@ Session is created and an `identity_replaceable` predicate for graph
 rewrites), registers it with `register`, and creates ops with `create_op`.
 Lowerings receive a `LoweringContext`; `all_reduce_values` and
 `gather_values` give extensions the runtime's collectives without touching
-JAX.
+JAX. `loaded_variable` gives a remote variable an on-device value loaded
+with the weights, as popxl's `replica_sharded_variable` does.
 """
 
+from popxl.creation import loaded_variable
 from popxl.grad_builder import GradBuilder
 from popxl.graph import Graph
 from popxl.lowering.interpreter import LoweringContext
@@ -42,6 +44,7 @@ __all__ = [
     "OpDef",
     "all_reduce_values",
     "create_op",
+    "loaded_variable",
     "gather_values",
     "group_of",
     "identity_candidates",

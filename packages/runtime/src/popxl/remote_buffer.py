@@ -23,6 +23,8 @@ class RemoteBuffer:
         self.tensor_shape = tuple(int(s) for s in tensor_shape)
         self.tensor_dtype = tensor_dtype
         self.meta_shape: tuple[int, ...] = ()
+        # Replicas each value is sharded over (None: the sharded variable's whole group).
+        self.shard_over: int | None = None
         # How error messages name entry i; transforms that lay entries out (rows of steps) set it.
         self.name_entry: Callable[[int], str] | None = None
         self.remote_buffer_id = ir._next_buffer_id()
@@ -68,7 +70,12 @@ def replica_sharded_buffer(
     shard_over: int | None = None,
     entries: int = 1,
 ) -> RemoteBuffer:
-    """A buffer holding one 1-D shard of a tensor of `shape` on each replica of a group."""
+    """A buffer holding one 1-D shard of a tensor of `shape` on each replica of a group.
+
+    As in popxl, the value of each group is sharded over `shard_over` of its
+    members at a time (all of them by default): members 0 to `shard_over - 1`
+    hold one copy of the shards, the next `shard_over` members another.
+    """
     ir = context.gir()
     grouping = replica_grouping if replica_grouping is not None else ir.replica_grouping()
     shape = tuple(shape)
@@ -80,4 +87,5 @@ def replica_sharded_buffer(
     nelms = math.prod(shape)
     buf = RemoteBuffer(ir, (-(-nelms // shard_over),), dtypes.as_dtype(dtype), entries)
     buf.meta_shape = shape
+    buf.shard_over = shard_over
     return buf

@@ -12,7 +12,7 @@ from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import Constant, Tensor, Variable
+from popxl.tensor import Constant, LoadedVariable, Tensor, Variable
 
 Array = np.ndarray[Any, Any]
 
@@ -200,6 +200,8 @@ class Session:
         for var, data in tensors.items():
             if not isinstance(var, Variable):
                 raise TypeError(f"{var!r} is not a Variable")
+            if isinstance(var, LoadedVariable):
+                raise TypeError(f"{var} is the on-device value of {var.whole}: write {var.whole.name!r} instead")
             if var.retrieval_mode == "all_replicas" and var.replica_grouping.num_groups > 1:
                 raise NotImplementedError(f"Writing {var.id} with retrieval mode 'all_replicas'")
             arr = np.asarray(data, dtype=var.dtype.as_numpy()) if np.isscalar(data) else np.asarray(data)
@@ -226,6 +228,8 @@ class Session:
         for t in tensors:
             if isinstance(t, Constant):
                 out[t] = t.data.copy()
+            elif isinstance(t, LoadedVariable):
+                raise TypeError(f"{t} is the on-device value of {t.whole}: read {t.whole.name!r} instead")
             elif isinstance(t, Variable):
                 if self.is_attached and self._host_stale:
                     self.weights_to_host()

@@ -277,9 +277,11 @@ class Variable(Tensor):
 class RemoteVariable(Variable):
     """A variable kept in entry `offset` of a remote buffer, used through `ops.remote_load`.
 
-    When `sharded`, each replica's entry holds its shard (by rank in the
-    variable's replica grouping) of the flattened, padded value, and the
-    tensor's shape is the shard's, with the full shape as its meta_shape.
+    When `sharded`, each replica's entry holds its shard of the flattened,
+    padded value: the value of each group is sharded over `shard_over` members
+    at a time, and a replica's shard is its rank in the group modulo
+    `shard_over`. The tensor's shape is the shard's, with the full shape as its
+    meta_shape.
     """
 
     def __init__(
@@ -292,14 +294,44 @@ class RemoteVariable(Variable):
         retrieval_mode: str,
         buffer: RemoteBuffer,
         offset: int,
-        sharded: bool,
+        shard_over: int | None,
     ) -> None:
         super().__init__(graph, name, data, dtype, replica_grouping, retrieval_mode)
-        if sharded:
+        if shard_over is not None:
             self._spec = TensorSpec(buffer.tensor_shape, dtype, self._group_shape)
         self.buffer = buffer
         self.offset = offset
-        self.sharded = sharded
+        self.shard_over = shard_over if shard_over is not None else 1
+
+    @property
+    def sharded(self) -> bool:
+        """Whether each replica's entry holds a shard of the value rather than all of it."""
+        return self._spec.meta_shape != ()
+
+    def shard_domain(self, replica: int) -> list[int]:
+        """The replicas whose shards together make up `replica`'s value, in shard order."""
+        g = self.replica_grouping
+        members = g.members(g.group_of(replica))
+        start = g.rank_of(replica) // self.shard_over * self.shard_over
+        return members[start : start + self.shard_over]
+
+
+class LoadedVariable(Variable):
+    """The on-device value of a remote variable: its shard per replica if it is replica-sharded.
+
+    It is persistent device state, loaded from `whole` when weights go to the
+    device, as popxl's `replica_sharded_variable` and popxl-addons'
+    `seed_variable` load theirs; its host value is `whole`'s, so read and write
+    `whole` in a Session.
+    """
+
+    def __init__(self, graph: Graph, name: str, whole: RemoteVariable) -> None:
+        g = whole.replica_grouping
+        host_shape = (g.num_groups, *whole.shape) if g.num_groups > 1 else whole.shape
+        # Never read: the shard's values come from `whole`.
+        data = np.zeros(host_shape, whole.dtype.as_numpy())
+        super().__init__(graph, name, data, whole.dtype, g, whole.retrieval_mode, whole.meta_shape)
+        self.whole = whole
 
 
 class TensorByRef(Tensor):

@@ -53,6 +53,7 @@ from popxl_addons.core.rts import (
     reduce_replica_sharded_tensor,
     replica_sharded_spec,
 )
+from popxl_addons.core.seed_variable import seed_variable
 from popxl_addons.core.streams import InputStreams, OutputStreams, host_load, host_store
 from popxl_addons.core.variable_factory import (
     NamedVariableFactories,
@@ -106,6 +107,7 @@ __all__ = [
     "repeat_axis",
     "repeat_shard",
     "replica_sharded_spec",
+    "seed_variable",
     "shard",
     "shard2D",
     "split2D",

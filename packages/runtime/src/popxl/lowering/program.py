@@ -22,7 +22,7 @@ from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, Resource, graph_writes, modified_roots, reachable_graphs
 from popxl.remote_buffer import RemoteBuffer
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import RemoteVariable, Tensor, Variable
+from popxl.tensor import LoadedVariable, RemoteVariable, Tensor, Variable
 
 State = dict[str, dict[str, jax.Array]]
 _PARTS = ("vars", "buffers")
@@ -77,10 +77,12 @@ class Program:
         for op in ops:
             if op.opdef.check is not None:
                 op.opdef.check(op)
-        self.variables: list[Variable] = list(main.variables)
+        # A loaded variable's host value is its whole variable's, so only the latter has one.
+        self.variables: list[Variable] = [v for v in main.variables if not isinstance(v, LoadedVariable)]
         # Remote variables live in their buffer's entry; the rest are state the step carries.
-        self.device_variables = [v for v in self.variables if not isinstance(v, RemoteVariable)]
+        self.device_variables = [v for v in main.variables if not isinstance(v, RemoteVariable)]
         self.remote_variables = [v for v in self.variables if isinstance(v, RemoteVariable)]
+        self.loaded = {v.whole: v for v in main.variables if isinstance(v, LoadedVariable)}
         used = _unique(r for op in ops for r in sorted(op.reads | op.writes, key=repr))
         self.buffers: list[RemoteBuffer] = [r for r in used if isinstance(r, RemoteBuffer)]
         self.h2d: list[HostToDeviceStream] = [r for r in used if isinstance(r, HostToDeviceStream)]
@@ -174,23 +176,22 @@ class Program:
         return np.asarray(replicas[0])
 
     def _shard_rows(self, var: RemoteVariable, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Each replica's shard (by rank in the variable's grouping) of its full value."""
-        g = var.replica_grouping
+        """Each replica's shard of its full value (`rows`, one per replica)."""
         c = var.buffer.tensor_shape[0]
         flat = rows.reshape(self.replicas, -1)
-        padded = np.pad(flat, ((0, 0), (0, c * g.group_size - flat.shape[1])))
-        return np.stack([padded[r, g.rank_of(r) * c : (g.rank_of(r) + 1) * c] for r in range(self.replicas)])
+        padded = np.pad(flat, ((0, 0), (0, c * var.shard_over - flat.shape[1])))
+        ranks = [var.shard_domain(r).index(r) for r in range(self.replicas)]
+        return np.stack([padded[r, k * c : (k + 1) * c] for r, k in enumerate(ranks)])
 
     def _unshard_rows(self, var: RemoteVariable, shards: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Each replica's full value, from the shards held by the members of its group."""
-        g = var.replica_grouping
+        """Each replica's full value, from the shards held by its shard domain."""
         size = math.prod(var.meta_shape)
-        full = [np.concatenate([shards[m] for m in g.members(g.group_of(r))])[:size] for r in range(self.replicas)]
+        full = [np.concatenate([shards[m] for m in var.shard_domain(r)])[:size] for r in range(self.replicas)]
         return np.stack(full).reshape(self.replicas, *var.meta_shape)
 
-    def _store_remote(self, buffers: dict[str, np.ndarray[Any, Any]], var: RemoteVariable, host: Any) -> None:
+    def _stored_rows(self, var: RemoteVariable, host: Any) -> np.ndarray[Any, Any]:
         rows = self.replica_values(var, host)
-        buffers[buffer_key(var.buffer)][:, var.offset] = self._shard_rows(var, rows) if var.sharded else rows
+        return self._shard_rows(var, rows) if var.sharded else rows
 
     def init_state(self, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
         """Device state: variables from `host`, remote buffers zeroed at their final size (but for remote variables)."""
@@ -203,11 +204,16 @@ class Program:
                 buffers[buffer_key(v.buffer)] = np.zeros(
                     (r, v.buffer.entries, *v.buffer.tensor_shape), v.dtype.as_numpy()
                 )
-            self._store_remote(buffers, v, host[v])
+            buffers[buffer_key(v.buffer)][:, v.offset] = self._stored_rows(v, host[v])
         return {
-            "vars": {v.id: self.placement.put_all(self.replica_values(v, host[v])) for v in self.device_variables},
+            "vars": {v.id: self.placement.put_all(self._device_rows(v, host)) for v in self.device_variables},
             "buffers": {k: self.placement.put_all(b, self.buffer_memory_kind) for k, b in buffers.items()},
         }
+
+    def _device_rows(self, v: Variable, host: dict[Variable, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        if isinstance(v, LoadedVariable):
+            return self._stored_rows(v.whole, host[v.whole])
+        return self.replica_values(v, host[v])
 
     def with_variables(self, state: State, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
         """`state` with the given variables replaced from host values."""
@@ -216,19 +222,24 @@ class Program:
         for v, data in host.items():
             if isinstance(v, RemoteVariable):
                 key = buffer_key(v.buffer)
-                rows = {key: self.placement.fetch_all(new_buffers[key]).copy()}
-                self._store_remote(rows, v, data)
-                new_buffers[key] = self.placement.put_all(rows[key], self.buffer_memory_kind)
+                rows = self.placement.fetch_all(new_buffers[key]).copy()
+                rows[:, v.offset] = self._stored_rows(v, data)
+                new_buffers[key] = self.placement.put_all(rows, self.buffer_memory_kind)
+                if v in self.loaded:
+                    new_vars[self.loaded[v].id] = self.placement.put_all(rows[:, v.offset])
             else:
                 new_vars[v.id] = self.placement.put_all(self.replica_values(v, data))
         return {"vars": new_vars, "buffers": new_buffers}
 
     def read_variables(self, state: State, variables: list[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
-        """Host values of `variables` from device state."""
+        """Host values of `variables` from device state (a remote variable's from its loaded value, if any)."""
         out: dict[Variable, np.ndarray[Any, Any]] = {}
         for v in variables:
             if isinstance(v, RemoteVariable):
-                rows = self.placement.fetch_all(state["buffers"][buffer_key(v.buffer)])[:, v.offset]
+                if v in self.loaded:
+                    rows = self.placement.fetch_all(state["vars"][self.loaded[v].id])
+                else:
+                    rows = self.placement.fetch_all(state["buffers"][buffer_key(v.buffer)])[:, v.offset]
                 out[v] = self.host_values(v, self._unshard_rows(v, rows) if v.sharded else rows)
             else:
                 out[v] = self.host_values(v, self.placement.fetch_all(state["vars"][v.id]))
