@@ -472,6 +472,8 @@ EXAMPLES: dict[str, Factory] = {
     "replicated_reduce_scatter": reduce_scatter,
     "replicated_all_gather": all_gather,
 }
+# The in-place views compute what their copying forms compute; check_values also holds their view updates.
+EXAMPLES.update({f"{name}_": EXAMPLES[name] for name in ("reshape", "transpose", "slice", "concat")})
 
 
 def test_every_op_kind_has_an_example() -> None:

@@ -70,9 +70,9 @@ def test_variable_write_errors() -> None:
         s.write_variable_data(v, np.zeros(3))
     with pytest.raises(ValueError, match=r"shape \(4,\), expected \(3,\)"):
         s.write_variable_data(v, np.zeros(4, np.float32))
-    with pytest.raises(TypeError, match="not a Variable"):
+    with pytest.raises(TypeError, match="is not of type Variable"):
         s.write_variables_data({h: np.zeros(3, np.float32)})  # type: ignore[dict-item]
-    with pytest.raises(TypeError, match="neither a Variable nor a Constant"):
+    with pytest.raises(TypeError, match="is not of type Constant or Variable"):
         s.get_tensor_data(d)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Must be attached"):
         s.run({h: np.zeros((2, 3), np.float32)})

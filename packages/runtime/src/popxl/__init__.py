@@ -6,7 +6,18 @@ buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
 
 import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
 from popxl import dtypes, ops, transforms
-from popxl.context import gcg, gir, gmg, in_sequence, io_tiles, ipu, name_scope
+from popxl.context import (
+    gcg,
+    get_current_graph,
+    get_ir,
+    get_main_graph,
+    gir,
+    gmg,
+    in_sequence,
+    io_tiles,
+    ipu,
+    name_scope,
+)
 from popxl.creation import (
     constant,
     remote_replica_sharded_variable,
@@ -18,8 +29,10 @@ from popxl.dtypes import (
     bfloat16,
     bool_,
     dtype,
+    float,
     float16,
     float32,
+    half,
     int8,
     int16,
     int32,
@@ -67,14 +80,19 @@ __all__ = [
     "d2h_stream",
     "dtype",
     "dtypes",
+    "float",
     "float16",
     "float32",
     "gcg",
+    "get_current_graph",
+    "get_ir",
+    "get_main_graph",
     "gir",
     "gmg",
     "graph_input",
     "graph_output",
     "h2d_stream",
+    "half",
     "in_sequence",
     "int8",
     "int16",

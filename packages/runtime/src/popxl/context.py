@@ -173,3 +173,9 @@ def record_sequenced(graph: Graph, op: Op) -> None:
     """Remember `op` as the latest op of `graph` for in_sequence ordering."""
     if _state.in_sequence and _state.in_sequence[-1] is True:
         _state.last_sequenced[id(graph)] = op
+
+
+# popxl's long names for the three above.
+get_current_graph = gcg
+get_main_graph = gmg
+get_ir = gir

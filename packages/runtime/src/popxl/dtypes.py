@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import ml_dtypes
@@ -11,7 +12,7 @@ import numpy as np
 class dtype:
     """A popxl element type, convertible to and from NumPy."""
 
-    def __init__(self, name: str, np_type: Any, is_floating_point: bool, is_int: bool) -> None:
+    def __init__(self, name: str, np_type: Any, is_floating_point: builtins.bool, is_int: builtins.bool) -> None:
         self.name = name
         self._np: np.dtype[Any] = np.dtype(np_type)
         self.is_floating_point = is_floating_point
@@ -20,6 +21,35 @@ class dtype:
     def as_numpy(self) -> np.dtype[Any]:
         """The NumPy dtype of this type."""
         return self._np
+
+    @property
+    def is_signed(self) -> builtins.bool:
+        """Whether the type holds negative values."""
+        return self.is_floating_point or self.name.startswith("int")
+
+    @property
+    def is_complex(self) -> builtins.bool:
+        """Whether the type is complex (never, here)."""
+        return False
+
+    @classmethod
+    def as_dtype(cls, type_value: Any) -> dtype:
+        """The popxl dtype of a popxl, NumPy or PyTorch dtype, a name, a Python type or an array."""
+        return as_dtype(type_value)
+
+    @classmethod
+    def from_name(cls, name: str) -> dtype:
+        """The popxl dtype called `name` ('float16', 'half', 'float32', 'float', ...)."""
+        found = _BY_NAME.get(name)
+        if found is None:
+            raise ValueError(f"There is not a `popxl.dtype` that has a name: {name}.")
+        return found
+
+    def as_torch(self) -> Any:
+        """The PyTorch dtype of this type (PyTorch must be installed)."""
+        import torch
+
+        return getattr(torch, self.name)
 
     @property
     def itemsize(self) -> int:
@@ -45,6 +75,11 @@ bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, True, False)
 float32 = dtype("float32", np.float32, True, False)
 
 _ALL = (bool_, int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32)
+_BY_NAME: dict[str, dtype] = {**{d.name: d for d in _ALL}, "half": float16, "float": float32}
+# popxl's aliases; `bool` and `float` shadow the builtins, so this module names those through `builtins`.
+bool = bool_
+half = float16
+float = float32
 _BY_NUMPY: dict[np.dtype[Any], dtype] = {d.as_numpy(): d for d in _ALL}
 # 64-bit host data is narrowed, as popxl does for constants and session inputs.
 _DOWNCAST: dict[np.dtype[Any], dtype] = {
@@ -58,13 +93,21 @@ def as_dtype(x: Any) -> dtype:
     """The popxl dtype of a popxl dtype, NumPy dtype, NumPy array or Python scalar."""
     if isinstance(x, dtype):
         return x
+    if isinstance(x, str) and x in _BY_NAME:
+        return _BY_NAME[x]
+    if type(x).__module__ == "torch":
+        # A PyTorch dtype ("torch.float32") or tensor, matched by name.
+        name = str(getattr(x, "dtype", x)).removeprefix("torch.")
+        if name in _BY_NAME:
+            return _BY_NAME[name]
+        raise TypeError(f"PyTorch dtype {name} has no popxl equivalent")
     if isinstance(x, np.ndarray | np.generic):
         npd = x.dtype
-    elif isinstance(x, bool):
+    elif isinstance(x, builtins.bool):
         npd = np.dtype(np.bool_)
-    elif isinstance(x, int):
+    elif isinstance(x, builtins.int):
         npd = np.dtype(np.int64)
-    elif isinstance(x, float):
+    elif isinstance(x, builtins.float):
         npd = np.dtype(np.float64)
     else:
         try:

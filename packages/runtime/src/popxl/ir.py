@@ -117,5 +117,29 @@ class Ir:
         """A grouping of this Ir's replicas."""
         return ReplicaGrouping(self, stride, group_size)
 
+    def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:
+        """A grouping of this Ir's replicas where replica r is in group `assignment[r]`.
+
+        Groups are numbered from 0 and all of one size. An assignment whose groups' members are a
+        constant stride apart is the same grouping as `replica_grouping(stride, group_size)`, usable
+        by collectives; any other serves variables only, as in popxl.
+        """
+        assignment = [int(a) for a in assignment]
+        n = self.replication_factor
+        groups = sorted(set(assignment))
+        sizes = {assignment.count(g) for g in groups}
+        if len(assignment) != n or groups != list(range(len(groups))) or len(sizes) != 1:
+            raise ValueError(
+                f"A replica assignment needs one group per replica ({n}), groups numbered from 0 and all of one "
+                f"size, got {assignment}"
+            )
+        size = n // len(groups)
+        for stride in range(1, n // size + 1):
+            if (n // size) % stride == 0:
+                candidate = ReplicaGrouping(self, stride, size)
+                if candidate.assignment == assignment:
+                    return candidate
+        return ReplicaGrouping._from_assignment(self, assignment)
+
     def __repr__(self) -> str:
         return f"Ir(replication_factor={self._replication_factor}, graphs={len(self.graphs)})"

@@ -42,6 +42,7 @@ InferFn = Callable[[Sequence[TensorSpec], Attrs], Sequence[TensorSpec]]
 LowerFn = Callable[..., Sequence[Any]]
 GradFn = Callable[["GradBuilder", "Op", Sequence["Tensor | None"]], Sequence["Tensor | None"]]
 EffectFn = Callable[[Attrs], frozenset[Resource]]
+ViewUpdateFn = Callable[[Attrs, Sequence[Any], Any], Sequence[Any]]
 
 
 class Subgraph(NamedTuple):
@@ -81,6 +82,11 @@ class OpDef:
     - `groupings(attrs)`: the replica groupings the op communicates over.
     - `modifies(attrs)`: input index -> index of the output holding its updated
       value (the output aliases the input), or None when no output does.
+    - `view_update(attrs, inputs, view)`: declared by in-place view ops
+      (`reshape_`, `slice_`, ...), whose output is a view of their inputs and
+      shares their storage, so that an in-place update of either is seen
+      through both; it returns the inputs' values with the viewed elements
+      replaced by `view`.
     - `outputs_follow_graph`: the op's outputs are its subgraph's outputs, so a
       graph output added later becomes an output of the op too.
     - `check(op)` may refuse an op when a session is created.
@@ -97,6 +103,7 @@ class OpDef:
     subgraphs: Callable[[Attrs], Sequence[Subgraph]] = _none
     groupings: Callable[[Attrs], Sequence[ReplicaGrouping]] = _none
     modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
+    view_update: ViewUpdateFn | None = None
     outputs_follow_graph: bool = False
     check: Callable[[Op], None] | None = None
     identity_replaceable: Callable[[Op], bool] | None = None
@@ -204,15 +211,27 @@ def reachable_graphs(graph: Graph) -> list[Graph]:
 
 
 def modified_roots(graph: Graph) -> list[Tensor]:
-    """The tensors of `graph` whose storage its ops update in place (in-place outputs followed to their roots)."""
-    root: dict[Tensor, Tensor] = {}
+    """The tensors of `graph` whose storage its ops update in place (through in-place outputs and views)."""
+    same: dict[Tensor, Tensor] = {}
+    views: dict[Tensor, Op] = {}
     found: dict[Tensor, None] = {}
+
+    def mark(t: Tensor) -> None:
+        while t in same:
+            t = same[t]
+        if t in views:
+            for parent in views[t].inputs:
+                mark(parent)
+        else:
+            found[t] = None
+
     for op in graph.ops:
+        if op.opdef.view_update is not None:
+            views[op.outputs[0]] = op
         for i, out in op.modifies.items():
-            r = root.get(op.inputs[i], op.inputs[i])
-            found[r] = None
+            mark(op.inputs[i])
             if out is not None:
-                root[op.outputs[out]] = r
+                same[op.outputs[out]] = op.inputs[i]
     return list(found)
 
 

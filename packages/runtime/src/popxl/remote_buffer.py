@@ -18,16 +18,16 @@ class RemoteBuffer:
     final value when a Session is created.
     """
 
-    def __init__(self, ir: Ir, tensor_shape: tuple[int, ...], tensor_dtype: dtypes.dtype, entries: int = 1) -> None:
-        self._ir = ir
+    def __init__(self, tensor_shape: Any, tensor_dtype: Any, entries: int = 1, ir: Ir | None = None) -> None:
+        self._ir = ir if ir is not None else context.gir()
         self.tensor_shape = tuple(int(s) for s in tensor_shape)
-        self.tensor_dtype = tensor_dtype
+        self.tensor_dtype = dtypes.as_dtype(tensor_dtype)
         self.meta_shape: tuple[int, ...] = ()
         # Replicas each value is sharded over (None: the sharded variable's whole group).
         self.shard_over: int | None = None
         # How error messages name entry i; transforms that lay entries out (rows of steps) set it.
         self.name_entry: Callable[[int], str] | None = None
-        self.remote_buffer_id = ir._next_buffer_id()
+        self.remote_buffer_id = self._ir._next_buffer_id()
         self._entries = 1
         self.entries = entries
 
@@ -41,6 +41,21 @@ class RemoteBuffer:
         if int(value) < 1:
             raise ValueError(f"A remote buffer needs at least 1 entry, got {value}")
         self._entries = int(value)
+
+    def set_remote_buffer_info(self, tensor_dtype: Any, tensor_shape: Any, entries: int) -> None:
+        """Replace the buffer's tensor dtype, shape and number of entries."""
+        self.entries = entries
+        self.tensor_shape = tuple(int(s) for s in tensor_shape)
+        self.tensor_dtype = dtypes.as_dtype(tensor_dtype)
+
+    def validate_tensor_matches_buffer(self, t: Any, num_shards: int = 1) -> None:
+        """Raise ValueError unless `t` has the buffer's shape (its meta shape when sharded) and dtype."""
+        shape = self.tensor_shape if num_shards == 1 else self.meta_shape
+        if tuple(t.shape) != shape or t.dtype is not self.tensor_dtype:
+            raise ValueError(
+                f"Tensor {t.id} does not match buffer.\nExisting remote buffer has shape={shape} and "
+                f"dtype={self.tensor_dtype}.\nThe tensor has shape={tuple(t.shape)}, dtype={t.dtype}."
+            )
 
     @property
     def ir(self) -> Ir:
@@ -60,7 +75,7 @@ class RemoteBuffer:
 
 def remote_buffer(tensor_shape: Any, tensor_dtype: Any, entries: int = 1) -> RemoteBuffer:
     """A remote buffer of the current Ir."""
-    return RemoteBuffer(context.gir(), tuple(tensor_shape), dtypes.as_dtype(tensor_dtype), entries)
+    return RemoteBuffer(tensor_shape, tensor_dtype, entries)
 
 
 def replica_sharded_buffer(
@@ -85,7 +100,7 @@ def replica_sharded_buffer(
     if shard_over > grouping.group_size or grouping.group_size % shard_over:
         raise ValueError(f"shard_over={shard_over} must divide the group size {grouping.group_size} of {grouping}")
     nelms = math.prod(shape)
-    buf = RemoteBuffer(ir, (-(-nelms // shard_over),), dtypes.as_dtype(dtype), entries)
+    buf = RemoteBuffer((-(-nelms // shard_over),), dtype, entries, ir)
     buf.meta_shape = shape
     buf.shard_over = shard_over
     return buf

@@ -199,7 +199,7 @@ class Session:
         checked: dict[Variable, Array] = {}
         for var, data in tensors.items():
             if not isinstance(var, Variable):
-                raise TypeError(f"{var!r} is not a Variable")
+                raise TypeError(f"Tensor {getattr(var, 'id', var)} is not of type Variable")
             if isinstance(var, LoadedVariable):
                 raise TypeError(f"{var} is the on-device value of {var.whole}: write {var.whole.name!r} instead")
             if var.retrieval_mode == "all_replicas" and var.replica_grouping.num_groups > 1:
@@ -235,5 +235,5 @@ class Session:
                     self.weights_to_host()
                 out[t] = self._host[t].copy()
             else:
-                raise TypeError(f"{t} is neither a Variable nor a Constant")
+                raise TypeError(f"Tensor {getattr(t, 'id', t)} is not of type Constant or Variable")
         return out

@@ -153,7 +153,9 @@ class Tensor(SpecView):
     def __iadd__(self, other: Any) -> Tensor:
         from popxl import ops
 
-        return ops.add_(self, _operand(self, other))
+        # As in popxl, the name keeps this tensor, whose value the add updates in place.
+        ops.add_(self, _operand(self, other))
+        return self
 
     def __sub__(self, other: Any) -> Tensor:
         from popxl import ops
@@ -189,6 +191,51 @@ class Tensor(SpecView):
         from popxl import ops
 
         return ops.fmod(self, _operand(self, other))
+
+    def __rmod__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.fmod(_operand(self, other), self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.pow(self, _operand(self, other))
+
+    def __rpow__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.pow(_operand(self, other), self)
+
+    def __and__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.logical_and(self, _operand(self, other))
+
+    def __rand__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.logical_and(_operand(self, other), self)
+
+    def __or__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.logical_or(self, _operand(self, other))
+
+    def __ror__(self, other: Any) -> Tensor:
+        from popxl import ops
+
+        return ops.logical_or(_operand(self, other), self)
+
+    def __invert__(self) -> Tensor:
+        from popxl import ops
+
+        return ops.logical_not(self)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise ValueError("Tensor is a scalar and doesn't have a length.")
+        return self.shape[0]
 
     def __matmul__(self, other: Any) -> Tensor:
         from popxl import ops
@@ -226,6 +273,72 @@ class Tensor(SpecView):
     def T(self) -> Tensor:
         """This tensor with its axes reversed."""
         return self.transpose()
+
+    @property
+    def T_(self) -> Tensor:
+        """This tensor with its axes reversed, as a view (in place)."""
+        return self.transpose_()
+
+    def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        """A view of this tensor with its axes permuted (reversed by default)."""
+        from popxl import ops
+
+        return ops.transpose_(self, permutation)
+
+    def reshape_(self, shape: tuple[int, ...]) -> Tensor:
+        """A view of this tensor with another shape."""
+        from popxl import ops
+
+        return ops.reshape_(self, shape)
+
+    def flatten(self) -> Tensor:
+        """This tensor as one axis."""
+        from popxl import ops
+
+        return ops.flatten(self)
+
+    def flatten_(self) -> Tensor:
+        """A view of this tensor as one axis."""
+        from popxl import ops
+
+        return ops.flatten_(self)
+
+    def detach(self) -> Tensor:
+        """This tensor, with no gradient flowing back through it."""
+        from popxl import ops
+
+        return ops.detach(self)
+
+    def detach_(self) -> Tensor:
+        """This tensor detached in place."""
+        from popxl import ops
+
+        return ops.detach_(self)
+
+    def diag(self) -> Tensor:
+        """The diagonal of this 2-D tensor."""
+        if self.rank != 2:
+            raise ValueError("Diag expected a 2d tensor.")
+        return self.flatten()[:: self.shape[1] + 1]
+
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
+        """This tensor copied to IPU `destination` (recorded only: there is one device per replica here)."""
+        from popxl import ops
+
+        return ops.ipu_copy(self, destination, source)
+
+    def strides(self, shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """Bytes to step along each axis of this tensor (or of `shape`) in row-major order, as NumPy counts them."""
+        dims = tuple(self.shape if shape is None else shape)
+        steps = [self.dtype.itemsize]
+        for d in reversed(dims[1:]):
+            steps.append(steps[-1] * d)
+        return tuple(reversed(steps)) if dims else ()
+
+    @property
+    def scope(self) -> str:
+        """The graph scope part of the id ('' in the main graph), as popxl's `Tensor.scope`."""
+        return self._graph._tensor_prefix.rstrip("/")
 
 
 def _operand(like: Tensor, value: Any) -> Tensor:
@@ -336,3 +449,25 @@ class LoadedVariable(Variable):
 
 class TensorByRef(Tensor):
     """Annotation for a `create_graph` argument that the graph may modify in place."""
+
+
+# popxl defines its tensor-creating functions in `popxl.tensor`; they live beside the graph here, and
+# are found under their popxl module lazily, as importing them eagerly would be circular.
+_CREATORS = {
+    "graph_input": "popxl.graph",
+    "graph_output": "popxl.graph",
+    "variable": "popxl.creation",
+    "constant": "popxl.creation",
+    "remote_variable": "popxl.creation",
+    "remote_replica_sharded_variable": "popxl.creation",
+    "replica_sharded_variable": "popxl.creation",
+    "replica_sharded_buffer": "popxl.remote_buffer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CREATORS:
+        import importlib
+
+        return getattr(importlib.import_module(_CREATORS[name]), name)
+    raise AttributeError(f"module 'popxl.tensor' has no attribute {name!r}")

@@ -167,6 +167,20 @@ def check_values(opdef: OpDef, factory: ExampleFactory) -> None:
             atol=example.atol,
             err_msg=f"{opdef.name} output {k}",
         )
+    if opdef.view_update is not None:
+        _check_view_update(opdef, op.attrs, [jnp.asarray(v) for v in example.inputs], got[0])
+
+
+def _check_view_update(opdef: OpDef, attrs: Mapping[str, Any], inputs: list[jax.Array], view: jax.Array) -> None:
+    """Writing a view's own value changes nothing; writing a new value makes the view read it back."""
+    assert opdef.view_update is not None
+    same = opdef.view_update(attrs, inputs, view)
+    for k, (a, b) in enumerate(zip(same, inputs, strict=True)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{opdef.name}: input {k} changed")
+    new = jnp.asarray(np.random.default_rng(0).normal(size=view.shape), view.dtype)
+    updated = opdef.view_update(attrs, inputs, new)
+    reread = opdef.lower(None, attrs, *updated)[0]
+    np.testing.assert_array_equal(np.asarray(reread), np.asarray(new), err_msg=f"{opdef.name}: view update lost")
 
 
 def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None:

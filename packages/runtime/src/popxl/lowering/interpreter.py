@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from popxl.graph import Graph
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, World
-from popxl.op import CHECK_RESULT, Resource, graph_writes
+from popxl.op import CHECK_RESULT, Op, Resource, graph_writes
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, Tensor
 
@@ -101,19 +101,41 @@ def execute(
 ) -> list[jax.Array]:
     """Run every op of `graph` in creation order from the `bound` values; returns the final values of `results`.
 
-    A tensor that an in-place op's output aliases shares its storage: a later
-    in-place update through either one is seen through both.
+    A tensor that an in-place op's output aliases shares its storage, and so
+    does a view with the tensors it views: a later in-place update through
+    any of them is seen through all. A view's value is derived from its
+    inputs whenever it is read, and writing it writes them.
     """
-    root: dict[Tensor, Tensor] = {}
+    same: dict[Tensor, Tensor] = {}
+    views: dict[Tensor, Op] = {}
     values: dict[Tensor, jax.Array] = dict(bound)
 
+    def storage(t: Tensor) -> Tensor:
+        while t in same:
+            t = same[t]
+        return t
+
     def value(t: Tensor) -> jax.Array:
-        r = root.get(t, t)
-        if r in values:
-            return values[r]
-        if isinstance(t, Constant):
-            return jnp.asarray(t.data)
+        s = storage(t)
+        if s in views:
+            view = views[s]
+            return view.opdef.lower(ctx, view.attrs, *(value(p) for p in view.inputs))[0]
+        if s in values:
+            return values[s]
+        if isinstance(s, Constant):
+            return jnp.asarray(s.data)
         raise RuntimeError(f"{t.id} has no value: it is used before any op produces it")
+
+    def write(t: Tensor, new: jax.Array) -> None:
+        s = storage(t)
+        if s in views:
+            view = views[s]
+            assert view.opdef.view_update is not None
+            updated = view.opdef.view_update(view.attrs, [value(p) for p in view.inputs], new)
+            for parent, v in zip(view.inputs, updated):
+                write(parent, v)
+        else:
+            values[s] = new
 
     for op in graph.ops:
         lowered = op.opdef.lower(ctx, op.attrs, *(value(t) for t in op.inputs))
@@ -125,13 +147,14 @@ def execute(
                 f"The lowering of {op.name} returned {len(lowered)} values, expected {n} outputs "
                 f"and {len(unaliased)} modified inputs"
             )
-        for t, v in zip(op.outputs, lowered[:n]):
-            values[t] = v
+        if op.opdef.view_update is not None:
+            views[op.outputs[0]] = op
+        else:
+            values.update(zip(op.outputs, lowered[:n]))
         for i, v in zip(unaliased, lowered[n:]):
-            values[root.get(op.inputs[i], op.inputs[i])] = v
+            write(op.inputs[i], v)
         for i, out in modifies.items():
             if out is not None:
-                r = root.get(op.inputs[i], op.inputs[i])
-                values[r] = values.pop(op.outputs[out])
-                root[op.outputs[out]] = r
+                write(op.inputs[i], values.pop(op.outputs[out]))
+                same[op.outputs[out]] = op.inputs[i]
     return [value(t) for t in results]

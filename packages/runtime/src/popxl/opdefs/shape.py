@@ -1,14 +1,17 @@
-"""Ops that rearrange elements: reshape, transpose, slice, concat, expand."""
+"""Ops that rearrange elements: reshape, transpose, slice, concat, expand, and the in-place views of the first four."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
-from popxl.op import Attrs, OpDef, register
+from popxl.op import Attrs, OpDef, ViewUpdateFn, register
 from popxl.opdefs.common import axis_in, broadcast_shapes, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
 
@@ -162,3 +165,25 @@ SUBSAMPLE = register(
         normalise=_subsample_normalise,
     )
 )
+
+
+def _view(opdef: OpDef, update: ViewUpdateFn) -> OpDef:
+    """The in-place form of `opdef`, whose output is a view of its inputs (popxl's `reshape_`, `slice_`, ...)."""
+    return register(replace(opdef, name=opdef.name + "_", view_update=update))
+
+
+def _slice_update(attrs: Attrs, xs: Sequence[Any], view: Any) -> list[Any]:
+    return [xs[0].at[tuple(_python_slice(*se) for se in attrs["slices"])].set(view)]
+
+
+def _concat_update(attrs: Attrs, xs: Sequence[Any], view: Any) -> list[Any]:
+    bounds = list(itertools.accumulate(x.shape[attrs["axis"]] for x in xs))[:-1]
+    return list(jnp.split(view, bounds, axis=attrs["axis"]))
+
+
+RESHAPE_INPLACE = _view(RESHAPE, lambda attrs, xs, view: [view.reshape(xs[0].shape)])
+TRANSPOSE_INPLACE = _view(
+    TRANSPOSE, lambda attrs, xs, view: [jnp.transpose(view, [int(i) for i in np.argsort(attrs["permutation"])])]
+)
+SLICE_INPLACE = _view(SLICE, _slice_update)
+CONCAT_INPLACE = _view(CONCAT, _concat_update)

@@ -225,15 +225,31 @@ def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
     return _one(shape_ops.RESHAPE, [t], {"shape": tuple(shape)})
 
 
+def reshape_(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """A view of `t` with a new shape: in-place updates of either are seen through both."""
+    return _one(shape_ops.RESHAPE_INPLACE, [t], {"shape": tuple(shape)})
+
+
 def flatten(t: Tensor) -> Tensor:
     """`t` as a 1-D tensor."""
     return reshape(t, (-1,))
+
+
+def flatten_(t: Tensor) -> Tensor:
+    """A 1-D view of `t`."""
+    return reshape_(t, (-1,))
 
 
 def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """`t` with its axes permuted (reversed by default)."""
     perm = None if permutation is None else tuple(permutation)
     return _one(shape_ops.TRANSPOSE, [t], {"permutation": perm})
+
+
+def transpose_(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
+    """A view of `t` with its axes permuted (reversed by default)."""
+    perm = None if permutation is None else tuple(permutation)
+    return _one(shape_ops.TRANSPOSE_INPLACE, [t], {"permutation": perm})
 
 
 def _per_axis(value: int | Sequence[int] | None, n: int) -> list[int | None]:
@@ -250,6 +266,27 @@ def slice(
     axis: int | Sequence[int] | None = None,
 ) -> Tensor:
     """Static slice of `t` along `axis` (the leading axes by default)."""
+    return _one(shape_ops.SLICE, [t], {"slices": _slices(t, start, stop, step, axis)})
+
+
+def slice_(
+    t: Tensor,
+    start: int | Sequence[int] | None = None,
+    stop: int | Sequence[int] | None = None,
+    step: int | Sequence[int] | None = None,
+    axis: int | Sequence[int] | None = None,
+) -> Tensor:
+    """A view of a static slice of `t`: in-place updates of either are seen through both."""
+    return _one(shape_ops.SLICE_INPLACE, [t], {"slices": _slices(t, start, stop, step, axis)})
+
+
+def _slices(
+    t: Tensor,
+    start: int | Sequence[int] | None,
+    stop: int | Sequence[int] | None,
+    step: int | Sequence[int] | None,
+    axis: int | Sequence[int] | None,
+) -> tuple[tuple[Any, Any, Any], ...]:
     lengths = [len(v) for v in (start, stop, step, axis) if v is not None and not isinstance(v, int)]
     n = lengths[0] if lengths else 1
     axes = list(range(n)) if axis is None else _per_axis(axis, n)
@@ -257,12 +294,17 @@ def slice(
     for ax, a, b, c in zip(axes, _per_axis(start, n), _per_axis(stop, n), _per_axis(step, n)):
         assert ax is not None
         slices[ax] = (a, b, c)
-    return _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
+    return tuple(slices)
 
 
 def concat(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Concatenation of `ts` along `axis`."""
     return _one(shape_ops.CONCAT, list(ts), {"axis": axis})
+
+
+def concat_(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """A view of `ts` concatenated along `axis`: in-place updates of it reach each of `ts`."""
+    return _one(shape_ops.CONCAT_INPLACE, list(ts), {"axis": axis})
 
 
 def expand(t: Tensor, shape: Iterable[int]) -> Tensor:

@@ -44,7 +44,7 @@ def repeat_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> 
     required = [i for i, t in enumerate(copy.inputs) if t.dtype.is_floating_point and t in reach]
     info = grad_graph(copy, provided, [copy.inputs[i] for i in required], gb.called_infos)
     values = [gb.fwd(t) for t in op.inputs]
-    stash = [RemoteBuffer(ir, t.shape, t.dtype, count) for t in body.inputs[:carried]]
+    stash = [RemoteBuffer(t.shape, t.dtype, count, ir) for t in body.inputs[:carried]]
 
     replay = ir.create_empty_graph(f"{body.name}_stash")
     with replay:
