@@ -290,7 +290,82 @@ def adam_var_update(ir: popxl.Ir) -> OpExample:
     return OpExample(inputs, reference=reference)
 
 
+def windows(x: jax.Array, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> jax.Array:
+    """Every window of the 2-D spatial axes of `x` (N, C, H, W), as (N, C, OH, OW, kH, kW), by slicing."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    oh = (x.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    rows = [
+        jnp.stack(
+            [
+                x[:, :, i * sh : i * sh + (kh - 1) * dh + 1 : dh, j * sw : j * sw + (kw - 1) * dw + 1 : dw]
+                for j in range(ow)
+            ],
+            axis=2,
+        )
+        for i in range(oh)
+    ]
+    return jnp.stack(rows, axis=2)
+
+
+def conv_ref(x: jax.Array, w: jax.Array, stride: Any, pads: Any, dilation: Any, groups: int) -> jax.Array:
+    """A grouped 2-D convolution written as windows times weights; pads are (top, left, bottom, right)."""
+    xp = jnp.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    win = windows(xp, w.shape[2:], stride, dilation)
+    n, c, oh, ow, kh, kw = win.shape
+    win = win.reshape(n, groups, c // groups, oh, ow, kh, kw)
+    wg = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
+    return jnp.einsum("ngchwij,gmcij->ngmhw", win, wg).reshape(n, w.shape[0], oh, ow)
+
+
+def conv_transpose_ref(x: jax.Array, w: jax.Array, out: tuple[int, int], **conv: Any) -> jax.Array:
+    """The transpose of `conv_ref` with weight `w` (C, M/groups, ...), applied to `x`: its VJP."""
+    z = jnp.zeros((x.shape[0], w.shape[1] * conv["groups"], *out), x.dtype)
+    _, pullback = jax.vjp(lambda v: conv_ref(v, w, **conv), z)
+    return pullback(x)[0]
+
+
+def pool_ref(x: jax.Array, kernel: Any, stride: Any, pads: Any, op: str) -> jax.Array:
+    """Max or average (of the covered input elements) of each 2-D window, padding excluded."""
+    spread = ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3]))
+    if op == "max":
+        return windows(jnp.pad(x, spread, constant_values=-jnp.inf), kernel, stride, (1, 1)).max(axis=(-2, -1))
+    total = windows(jnp.pad(x, spread), kernel, stride, (1, 1)).sum(axis=(-2, -1))
+    count = windows(jnp.pad(jnp.ones_like(x), spread), kernel, stride, (1, 1)).sum(axis=(-2, -1))
+    return total / count
+
+
+CONV_ATTRS = {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 2, "pad_type": "not_set"}
+POOL_ATTRS = {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0, 1, 1), "dilation": None, "in_dilations": None}
+
+
+def pool(op: str, ceil_mode: bool) -> Factory:
+    """A pooling example; with `ceil_mode` the last window overhangs the padded input, as PyTorch allows."""
+    attrs = {**POOL_ATTRS, "auto_pad": "not_set", "ceil_mode": ceil_mode}
+    extra = 1 if ceil_mode else 0
+    pads = (1, 0, 1 + extra, 1)
+    return lambda ir: OpExample([f32(2, 3, 6, 5)], attrs, reference=lambda x: [pool_ref(x, (3, 2), (2, 1), pads, op)])
+
+
 EXAMPLES: dict[str, Factory] = {
+    "conv": lambda ir: OpExample(
+        [f32(2, 4, 7, 6), f32(6, 2, 3, 2)],
+        CONV_ATTRS,
+        reference=lambda x, w: [conv_ref(x, w, (2, 1), (1, 0, 2, 1), (1, 2), 2)],
+        rtol=1e-5,
+        atol=1e-5,
+    ),
+    "conv_transpose": lambda ir: OpExample(
+        [f32(2, 4, 4, 3), f32(4, 3, 3, 2)],
+        {**CONV_ATTRS, "output_padding": (1, 0), "output_shape": ()},
+        reference=lambda x, w: [
+            conv_transpose_ref(x, w, (7, 4), stride=(2, 1), pads=(1, 0, 2, 1), dilation=(1, 2), groups=2)
+        ],
+        rtol=1e-5,
+        atol=1e-5,
+    ),
+    "max_pool": pool("max", ceil_mode=False),
+    "average_pool": pool("average", ceil_mode=True),
     "sparse_accumulate_": lambda ir: OpExample(
         [f32(5, 3), f32(4, 3), i32(1, 3, 1, 0), np.float32(0.5)],
         {"axis": 0},

@@ -7,6 +7,7 @@ and in `popxl.lowering` only: these modules hold the op kinds' lowerings.
 from popxl.opdefs import (  # noqa: F401
     collectives,
     control,
+    conv,
     debug,
     elementwise,
     indexing,

@@ -2,6 +2,7 @@
 
 from popxl.ops import collectives, var_updates
 from popxl.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
+from popxl.ops.conv import PadType, average_pool, conv, conv_transpose, max_pool
 from popxl.ops.debug import ipu_copy, print_tensor, rename
 from popxl.ops.indexing import (
     argmax,
@@ -101,6 +102,11 @@ from popxl.ops.unary import (
 from popxl.ops.var_updates import scaled_add_
 
 __all__ = [
+    "PadType",
+    "average_pool",
+    "conv",
+    "conv_transpose",
+    "max_pool",
     "CallSiteInfo",
     "abs",
     "add",
