@@ -99,3 +99,18 @@ def test_variables_persist_and_round_trip() -> None:
     with s:
         s.run()
     np.testing.assert_allclose(s.get_tensor_data(v), 7)
+
+
+@pytest.mark.parametrize(("replication", "given"), [(1, np.float32(3.0)), (2, np.array([[3.0], [4.0]], np.float32))])
+def test_one_element_stream_takes_any_shape_of_one_element(replication: int, given: np.ndarray) -> None:
+    # popxl checks only that each transfer's data squeezes to a single value for such streams.
+    ir = popxl.Ir(replication=replication)
+    with ir.main_graph:
+        h = popxl.h2d_stream((1, 1), popxl.float32, "x")
+        d = popxl.d2h_stream((1, 1), popxl.float32, "y")
+        ops.host_store(d, ops.host_load(h) * 2.0)
+    with popxl.Session(ir, "cpu") as s:
+        out = s.run({h: given})[d]
+    np.testing.assert_array_equal(out.ravel(), np.asarray(given).ravel() * 2)
+    with popxl.Session(ir, "cpu") as s, pytest.raises(ValueError, match="Input for stream 'x' has shape"):
+        s.run({h: np.zeros((replication, 2), np.float32)})

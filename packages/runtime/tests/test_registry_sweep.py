@@ -145,6 +145,18 @@ def repeat(ir: popxl.Ir) -> OpExample:
     return OpExample([f32(3), f32(3)], {"graph": graph, "count": 3}, reference=reference, rtol=1e-4)
 
 
+def conditional(ir: popxl.Ir) -> OpExample:
+    """x * y if the condition holds, else x / y: the then branch is taken (test_conditional takes the other)."""
+    spec = popxl.TensorSpec((3,), popxl.float32)
+    then_g = ir.create_graph(lambda x, y: x * y, spec, spec)
+    else_g = ir.create_graph(lambda x, y: x / y, spec, spec)
+    return OpExample(
+        [np.array(True), f32(3), f32(3), f32(3), f32(3, low=0.5)],
+        {"then_branch": then_g, "else_branch": else_g},
+        reference=lambda c, a, b, x, y: [jnp.where(c, a * b, x / y)],
+    )
+
+
 def vjp(ir: popxl.Ir) -> OpExample:
     """The VJP of `mul` with respect to its first operand."""
     spec = popxl.TensorSpec((3,), popxl.float32)
@@ -540,6 +552,7 @@ EXAMPLES: dict[str, Factory] = {
     "remote_load_": buffer_load_inplace,
     "remote_store": buffer_store,
     "call": call,
+    "conditional": conditional,
     "repeat": repeat,
     "vjp": vjp,
     "replicated_all_reduce": all_reduce,

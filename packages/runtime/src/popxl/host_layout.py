@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -45,11 +46,20 @@ class HostLayout:
         return (*transfers, *replicas, *stream_shape)
 
     def accepts(self, stream_shape: tuple[int, ...], data_shape: tuple[int, ...]) -> bool:
-        """Whether host data of `data_shape` can feed a stream (extra transfers are ignored, as in popxl)."""
+        """Whether host data of `data_shape` can feed a stream, as popxl decides: extra transfers are
+        ignored, and a one-element stream takes any per-transfer shape of one element."""
         want = self.shape(stream_shape)
+        lead = len(want) - len(stream_shape)
+        if math.prod(stream_shape) == 1 and len(data_shape) >= lead and math.prod(data_shape[lead:]) == 1:
+            data_shape = (*data_shape[:lead], *stream_shape)
         if not self._transfers_axis:
             return data_shape == want
         return len(data_shape) == len(want) and data_shape[1:] == want[1:] and data_shape[0] >= want[0]
+
+    def conform(self, stream_shape: tuple[int, ...], data: Array) -> Array:
+        """Accepted host data with the stream's own shape after the transfers and replica axes."""
+        lead = len(self.shape(stream_shape)) - len(stream_shape)
+        return data.reshape((*data.shape[:lead], *stream_shape))
 
     def to_replica_major(self, data: Array) -> Array:
         """Host data (accepted for its stream) as the program takes it: `(local replicas, transfers, *shape)`."""

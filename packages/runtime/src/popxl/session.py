@@ -171,7 +171,7 @@ class Session:
                 f"(num_host_transfers={layout.num_host_transfers}, local replicas={layout.local_replicas}, "
                 f"stream shape {stream.shape})"
             )
-        return layout.to_replica_major(arr)
+        return layout.to_replica_major(layout.conform(stream.shape, arr))
 
     def traced(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> Any:
         """The program's step as JAX traces it for these inputs (`jax.stages.Traced`: `.jaxpr`, `.lower()`)."""

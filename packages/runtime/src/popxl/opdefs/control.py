@@ -1,25 +1,30 @@
-"""Subgraph calls and loops.
+"""Subgraph calls, loops and conditionals.
 
 Both read and write what their subgraph's ops declare. A call updates the
 caller's tensor for the inputs in its `modified` attr (the graph's by-reference
 inputs when it was created, plus any marked by
 `CallSiteInfo.set_parent_input_modified`); a loop for its graph's by-reference
 inputs. Their gradient rules are built on autodiff and registered by
-`popxl.transforms`.
+`popxl.transforms`. A conditional runs one of two graphs (`jax.lax.cond`) and
+reads and writes what either declares; its gradient is JAX's VJP of it, for
+branches that touch no resources.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
 
 from popxl.graph import Graph
-from popxl.op import Attrs, OpDef, Resource, Subgraph, graph_reads, graph_writes, register
-from popxl.tensor import TensorSpec
+from popxl.op import Attrs, Op, OpDef, Resource, Subgraph, graph_reads, graph_writes, register
+from popxl.opdefs.common import vjp_grad
+from popxl.tensor import Tensor, TensorSpec
 
 if TYPE_CHECKING:
+    from popxl.grad_builder import GradBuilder
     from popxl.lowering.interpreter import LoweringContext
 
 
@@ -77,6 +82,21 @@ def _repeat_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, An
     return dict(attrs)
 
 
+def _run_in_world(
+    ctx: LoweringContext, moving: list[Resource], world_vals: list[Any], graph: Graph, inputs: list[jax.Array]
+) -> tuple[tuple[list[jax.Array], list[jax.Array]], list[Any]]:
+    """Run `graph` inside a traced JAX function: the `moving` resources start from `world_vals`, and their
+    values after the run are returned with the graph's outputs and final inputs, as the function's results."""
+    outer = ctx.world
+    ctx.world = outer.copy()
+    ctx.world.replace(moving, world_vals)
+    try:
+        result = ctx.run_graph(graph, inputs)
+        return result, ctx.world.values(moving)
+    finally:
+        ctx.world = outer
+
+
 def _lower_repeat(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[jax.Array]:
     g: Graph = attrs["graph"]
     carried = len(g.outputs)
@@ -91,12 +111,7 @@ def _lower_repeat(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[
         inputs[:carried] = loop_vals
         for i, v in zip(refs, ref_vals):
             inputs[i] = v
-        outer = ctx.world
-        ctx.world = outer.copy()
-        ctx.world.replace(moving, world_vals)
-        outs, finals = ctx.run_graph(g, inputs)
-        world_vals = ctx.world.values(moving)
-        ctx.world = outer
+        (outs, finals), world_vals = _run_in_world(ctx, moving, world_vals, g, inputs)
         return list(outs), [finals[i] for i in refs], world_vals
 
     init = (list(vals[:carried]), [vals[i] for i in refs], ctx.world.values(moving))
@@ -116,5 +131,79 @@ REPEAT = register(
         writes=_writes,
         subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"]),),
         modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
+    )
+)
+
+
+def _branches(attrs: Attrs) -> tuple[Graph, Graph]:
+    return attrs["then_branch"], attrs["else_branch"]
+
+
+def _conditional_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    cond = specs[0]
+    then_g, else_g = _branches(attrs)
+    if cond.dtype.name != "bool" or math.prod(cond.shape) != 1:
+        raise ValueError(f"conditional: cond must be a single bool value, got {cond.dtype.name} {cond.shape}")
+    if len(then_g.outputs) != len(else_g.outputs):
+        raise ValueError(
+            "`then_branch` graph and `else_branch` graph must have the same number of outputs: "
+            f"{len(then_g.outputs)} != {len(else_g.outputs)}"
+        )
+    for i, (a, b) in enumerate(zip(then_g.outputs, else_g.outputs)):
+        if (a.shape, a.dtype) != (b.shape, b.dtype):
+            raise ValueError(
+                f"conditional: output {i} is {a.dtype.name} {a.shape} in `then_branch` but "
+                f"{b.dtype.name} {b.shape} in `else_branch`"
+            )
+    for g in (then_g, else_g):
+        if by_ref_indices(g):
+            raise NotImplementedError(
+                f"TensorByRef is not implemented for the conditional op: {g.id!r} has by-reference inputs"
+            )
+    return dict(attrs)
+
+
+def _lower_conditional(ctx: LoweringContext, attrs: Attrs, cond: jax.Array, *vals: jax.Array) -> list[jax.Array]:
+    then_g, else_g = _branches(attrs)
+    n_then = len(then_g.inputs)
+    moving = sorted({*ctx.writes(then_g), *ctx.writes(else_g)}, key=repr)
+
+    def branch(graph: Graph, inputs: list[jax.Array]) -> Any:
+        def run(world_vals: list[Any]) -> Any:
+            (outs, _), new_world = _run_in_world(ctx, moving, world_vals, graph, inputs)
+            return list(outs), new_world
+
+        return run
+
+    outs, world_vals = jax.lax.cond(
+        cond.reshape(()),
+        branch(then_g, list(vals[:n_then])),
+        branch(else_g, list(vals[n_then:])),
+        ctx.world.values(moving),
+    )
+    ctx.world.replace(moving, world_vals)
+    return list(outs)
+
+
+def _conditional_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    branches = _branches(op.attrs)
+    if any(graph_reads(g) or graph_writes(g) for g in branches):
+        raise NotImplementedError(
+            f"The gradient of {op} needs branches without remote buffers, host streams or checks: "
+            "its forward is replayed to differentiate it"
+        )
+    return list(vjp_grad()(gb, op, out_grads))
+
+
+CONDITIONAL = register(
+    OpDef(
+        "conditional",
+        lambda specs, attrs: [t.spec for t in attrs["then_branch"].outputs],
+        _lower_conditional,
+        grad=_conditional_grad,
+        normalise=_conditional_normalise,
+        reads=lambda attrs: graph_reads(attrs["then_branch"]) | graph_reads(attrs["else_branch"]),
+        writes=lambda attrs: graph_writes(attrs["then_branch"]) | graph_writes(attrs["else_branch"]),
+        subgraphs=lambda attrs: (Subgraph(attrs["then_branch"], 1), Subgraph(attrs["else_branch"], 1)),
     )
 )

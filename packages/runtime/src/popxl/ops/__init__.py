@@ -1,7 +1,16 @@
 """popxl ops: each function adds one op to the current graph."""
 
 from popxl.ops import collectives, var_updates
-from popxl.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
+from popxl.ops.call import (
+    CallSiteInfo,
+    ConditionalSiteInfo,
+    call,
+    call_with_info,
+    conditional,
+    conditional_with_info,
+    repeat,
+    repeat_with_info,
+)
 from popxl.ops.conv import PadType, average_pool, conv, conv_transpose, max_pool
 from popxl.ops.debug import ipu_copy, print_tensor, rename
 from popxl.ops.indexing import (
@@ -108,6 +117,7 @@ __all__ = [
     "conv_transpose",
     "max_pool",
     "CallSiteInfo",
+    "ConditionalSiteInfo",
     "abs",
     "add",
     "add_",
@@ -115,6 +125,8 @@ __all__ = [
     "argmin",
     "call",
     "call_with_info",
+    "conditional",
+    "conditional_with_info",
     "cast",
     "ceil",
     "clamp",

@@ -11,7 +11,7 @@ from popxl import context
 from popxl.creation import constant
 from popxl.graph import Graph
 from popxl.op import Op, OpDef, add_op
-from popxl.opdefs.control import CALL, REPEAT, by_ref_indices
+from popxl.opdefs.control import CALL, CONDITIONAL, REPEAT, by_ref_indices
 from popxl.tensor import Tensor
 
 
@@ -167,3 +167,100 @@ def repeat_with_info(
         raise ValueError(f"repeat_count must be >= 0, got {repeat_count}")
     parents = bind_inputs(graph, inputs, inputs_dict)
     return CallSiteInfo(_create(REPEAT, graph, parents, {"count": int(repeat_count)}))
+
+
+class ConditionalSiteInfo(CallSiteInfo):
+    """How one conditional connects its two branches to its parent graph (input 0 is the condition)."""
+
+    @property
+    def called_graph(self) -> tuple[Graph, Graph]:  # type: ignore[override]
+        """The `then_branch` and `else_branch` graphs."""
+        return self._op.attrs["then_branch"], self._op.attrs["else_branch"]
+
+    def _offset(self, then_branch: bool) -> int:
+        return 1 if then_branch else 1 + len(self.called_graph[0].inputs)
+
+    def graph_to_parent_input_index(self, idx: int, then_branch: bool = True) -> int:
+        """The op input index of input `idx` of the then (or else) branch."""
+        graph = self.called_graph[0 if then_branch else 1]
+        if not 0 <= idx < len(graph.inputs):
+            raise IndexError("Invalid graph input index")
+        return self._offset(then_branch) + idx
+
+    def parent_to_graph_input_index(self, idx: int) -> int:
+        """The branch input index fed by op input `idx`."""
+        n_then = len(self.called_graph[0].inputs)
+        if not 1 <= idx < len(self._op.inputs):
+            raise IndexError("Invalid parent graph input index")
+        return idx - 1 if idx <= n_then else idx - 1 - n_then
+
+    def is_parent_index_in_then_branch(self, idx: int) -> bool:
+        """Whether op input `idx` feeds the then branch (rather than the else branch)."""
+        if not 1 <= idx < len(self._op.inputs):
+            raise IndexError("Invalid parent graph input index")
+        return idx <= len(self.called_graph[0].inputs)
+
+    def graph_to_parent_output_index(self, idx: int, then_branch: bool = True) -> int:
+        """Branch output `idx` is op output `idx`, in either branch."""
+        if not 0 <= idx < len(self._op.outputs):
+            raise IndexError("Invalid graph output index")
+        return idx
+
+    def parent_to_graph_output_index(self, idx: int, then_branch: bool = True) -> int:
+        """Op output `idx` is branch output `idx`, in either branch."""
+        return self.graph_to_parent_output_index(idx, then_branch)
+
+    def graph_to_parent(self, t: Tensor) -> Tensor:
+        """The parent tensor connected to an input or output of either branch."""
+        for then_branch, graph in zip((True, False), self.called_graph):
+            if t in graph.inputs:
+                return self._op.inputs[self.graph_to_parent_input_index(graph.inputs.index(t), then_branch)]
+            if t in graph.outputs:
+                return self._op.outputs[graph.outputs.index(t)]
+        raise ValueError(f"Tensor {t.name} is not an input or output of the called graph(s).")
+
+    def parent_to_graph(self, p: Tensor) -> Tensor:
+        """The branch input fed by the first occurrence of parent tensor `p` (the condition excluded)."""
+        for idx, t in enumerate(self._op.inputs[1:], start=1):
+            if t is p:
+                graph = self.called_graph[0 if self.is_parent_index_in_then_branch(idx) else 1]
+                return graph.inputs[self.parent_to_graph_input_index(idx)]
+        raise ValueError(f"Tensor {p.name} is not a parent graph input of the call site.")
+
+    def set_parent_input_modified(self, p: Tensor, infer_modified_regions: bool = True) -> None:
+        """Not available for conditionals, as in popxl."""
+        raise NotImplementedError("Parent input modification is not yet implemented for the conditional op.")
+
+
+def conditional_with_info(
+    cond: Tensor,
+    then_branch: Graph,
+    else_branch: Graph,
+    then_inputs: Sequence[Any] | None = None,
+    else_inputs: Sequence[Any] | None = None,
+    then_inputs_dict: Mapping[Tensor, Any] | None = None,
+    else_inputs_dict: Mapping[Tensor, Any] | None = None,
+    check_inputs: bool = True,
+) -> ConditionalSiteInfo:
+    """Run `then_branch` if the single bool `cond` is true, else `else_branch`; returns the site's info."""
+    then_parents = bind_inputs(then_branch, then_inputs or (), then_inputs_dict, check_inputs)
+    else_parents = bind_inputs(else_branch, else_inputs or (), else_inputs_dict, check_inputs)
+    names = [f"{a.name}_or_{b.name}" for a, b in zip(then_branch.outputs, else_branch.outputs)]
+    attrs = {"then_branch": then_branch, "else_branch": else_branch}
+    return ConditionalSiteInfo(add_op(CONDITIONAL, [cond, *then_parents, *else_parents], attrs, names=names))
+
+
+def conditional(
+    cond: Tensor,
+    then_branch: Graph,
+    else_branch: Graph,
+    then_inputs: Sequence[Any] | None = None,
+    else_inputs: Sequence[Any] | None = None,
+    then_inputs_dict: Mapping[Tensor, Any] | None = None,
+    else_inputs_dict: Mapping[Tensor, Any] | None = None,
+) -> tuple[Tensor, ...]:
+    """Outputs of `then_branch` if the single bool `cond` is true, else of `else_branch` (same specs)."""
+    info = conditional_with_info(
+        cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict, else_inputs_dict
+    )
+    return info.outputs
