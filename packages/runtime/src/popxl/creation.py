@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,26 @@ def _as_array(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtype
     return np.array(arr, dtype=dt.as_numpy(), order="C"), dt
 
 
+def _variable_data(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
+    """Host data for a variable: an `np.memmap` is kept as it is, so that the variable's host value lives in
+    the file (checked as popxl checks it); anything else is copied."""
+    if not isinstance(data, np.memmap):
+        return _as_array(data, dtype)
+    if dtype is not None and dtypes.as_dtype(dtype).as_numpy() != data.dtype:
+        raise ValueError(
+            "When passing a memory-mapped NumPy array, the `dtype` parameter must be None or the same as "
+            "the array's dtype"
+        )
+    if not (data.flags.c_contiguous and data.flags.aligned):
+        raise ValueError("When passing a memory-mapped NumPy array, it must already be in C-ordered and aligned form.")
+    if dtypes.as_dtype(data.dtype).as_numpy() != data.dtype:
+        raise ValueError(
+            f"When passing a memory-mapped NumPy array, the dtype {dtype} is not supported, as it requires "
+            "downcasting the array into a new array with a dtype supported by PopXL."
+        )
+    return data, dtypes.as_dtype(data.dtype)
+
+
 def constant(data: Any, dtype: Any | None = None, name: str | None = None) -> Constant:
     """An immutable tensor of the current graph holding `data` (64-bit data is narrowed)."""
     arr, dt = _as_array(data, dtype)
@@ -31,8 +52,15 @@ def _variable_args(
     g = context.gcg()
     if g is not g.ir.main_graph:
         raise ValueError(f"Variables can only be created in the main graph, not in {g.id!r}")
-    arr, dt = _as_array(data, dtype)
+    arr, dt = _variable_data(data, dtype)
     grouping = replica_grouping if replica_grouping is not None else g.ir.replica_grouping()
+    if isinstance(arr, np.memmap) and not grouping.is_const:
+        warnings.warn(
+            f"In creation of variable {name or 't'!r}, you have passed np.memmap data and a non-const replica "
+            "grouping, which requires a copy of your np.memmap data: the variable is NOT an np.memmap.",
+            stacklevel=3,
+        )
+        arr = np.array(arr)
     if grouping.num_groups > 1 and (arr.ndim == 0 or arr.shape[0] != grouping.num_groups):
         raise ValueError(
             f"Variable {name or 't'!r} has grouping {grouping}: its data needs a leading axis of "
@@ -89,10 +117,18 @@ def _remote(
         if not remote_buffer.meta_shape:
             # As in popxl, a plain buffer of the shard's shape takes the variable's shape as its meta shape.
             remote_buffer.meta_shape = group_shape
-        expected = ((-(-math.prod(group_shape) // shard_over),), dt, group_shape)
+        expected: tuple[tuple[int, ...], dtypes.dtype, tuple[int, ...]] = (
+            (-(-math.prod(group_shape) // shard_over),),
+            dt,
+            group_shape,
+        )
         found = (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, remote_buffer.meta_shape)
     else:
-        expected, found = (group_shape, dt, ()), (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, ())
+        # As in popxl, a buffer of another shape with as many elements holds the variable's elements in order.
+        same_size = math.prod(remote_buffer.tensor_shape) == math.prod(group_shape)
+        shape = remote_buffer.tensor_shape if same_size else group_shape
+        expected = (shape, dt, ())
+        found = (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, ())
     if expected != found:
         raise ValueError(
             f"Remote variable {name or 't'!r} needs a buffer of (shape, dtype, meta_shape) {expected}, got {found}"
@@ -147,7 +183,7 @@ def replica_sharded_variable(
     shard, is what the program uses. Weights going to the device load the
     shard from the buffer; weights going to the host store it back.
     """
-    arr, dt = _as_array(data, dtype)
+    arr, dt = _variable_data(data, dtype)
     buffer = replica_sharded_buffer(arr.shape, dt, replica_grouping, shard_over)
     whole = remote_replica_sharded_variable(arr, buffer, 0, dt, name, downcast, replica_grouping, retrieval_mode)
     return whole, loaded_variable(whole, whole.name + "_rts")

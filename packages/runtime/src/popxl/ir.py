@@ -127,11 +127,23 @@ class Ir:
         assignment = [int(a) for a in assignment]
         n = self.replication_factor
         groups = sorted(set(assignment))
-        sizes = {assignment.count(g) for g in groups}
-        if len(assignment) != n or groups != list(range(len(groups))) or len(sizes) != 1:
+        sizes = {g: assignment.count(g) for g in groups}
+        if len(set(sizes.values())) != 1:
             raise ValueError(
-                f"A replica assignment needs one group per replica ({n}), groups numbered from 0 and all of one "
-                f"size, got {assignment}"
+                f"All groups should have the same size but they dont. (Group, Sizes): {sorted(sizes.items())}"
+            )
+        if groups != list(range(len(groups))):
+            raise ValueError(
+                f"The group numbers are not numbered consecutively and/or do not start at 0. Groups: {groups}"
+            )
+        if list(dict.fromkeys(assignment)) != groups:
+            raise ValueError(
+                "When ordered by first appearance, the group numbers are not monotonically increasing. "
+                f"Ordering: {list(dict.fromkeys(assignment))}"
+            )
+        if len(assignment) != n:
+            raise ValueError(
+                f"The length of `assignment` ({len(assignment)}) does not equal the number of replicas ({n})."
             )
         size = n // len(groups)
         for stride in range(1, n // size + 1):

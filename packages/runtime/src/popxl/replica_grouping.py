@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -89,6 +91,47 @@ class ReplicaGrouping:
             return self.members(self._assignment[replica]).index(replica)
         s, g = self._stride, self._group_size
         return (replica % (s * g)) // s
+
+    @property
+    def const_rg(self) -> ReplicaGrouping:
+        """This grouping if its stride is constant; otherwise popxl's constant-stride grouping that splits its
+        groups: the smallest stride between members, and the greatest size dividing every split group."""
+        if self.is_const:
+            return self
+        assignment = self.assignment
+        gaps = {b - a for g in set(assignment) for a, b in itertools.pairwise(self.members(g))}
+        stride = min(gaps)
+        split = list(assignment)
+        fresh = max(assignment)
+        for g in set(assignment):
+            members = self.members(g)
+            moved = False
+            for a, b in itertools.pairwise(members):
+                if b - a > stride:
+                    moved = True
+                    fresh += 1
+                if moved:
+                    split[b] = fresh
+        size = math.gcd(*(split.count(g) for g in set(split)))
+        return ReplicaGrouping(self._ir, stride if size > 1 else 1, size)
+
+    @property
+    def to_device_map(self) -> list[int] | None:
+        """For each group of `const_rg`, the group of this grouping it belongs to (None when constant)."""
+        return None if self.is_const else self._maps()[0]
+
+    @property
+    def to_host_map(self) -> list[int] | None:
+        """For each group of this grouping, its first group in `const_rg` (None when constant)."""
+        return None if self.is_const else self._maps()[1]
+
+    def _maps(self) -> tuple[list[int], list[int]]:
+        to_device: dict[int, int] = {}
+        to_host: dict[int, int] = {}
+        for const, own in zip(self.const_rg.assignment, self.assignment):
+            to_device.setdefault(const, own)
+            to_host.setdefault(own, const)
+        return list(to_device.values()), list(to_host.values())
 
     def members(self, group: int) -> list[int]:
         """The replicas of group `group`, in rank order."""

@@ -30,6 +30,11 @@ class Session:
     them off-chip and streams from the host) or in device memory ("device");
     None picks the environment variable POPXL_REMOTE_MEMORY if set, else
     "host" wherever the device has such memory.
+
+    A variable created from an `np.memmap` keeps its host value in the map:
+    `get_tensor_data` returns the map itself and `weights_to_host` writes into
+    it and flushes it; with a read-only map, weights never go to the host (as
+    in popxl, leaving the context does not try).
     """
 
     def __init__(
@@ -43,8 +48,11 @@ class Session:
         remote_memory: str | None = None,
     ) -> None:
         self.ir = ir
-        self.weights_to_host_on_exit = weights_to_host_on_exit
         self._program = Program(ir, device_desc, checks, replica_mode, donate_state, remote_memory)
+        self._read_only_maps = [
+            v.id for v in self._program.variables if v.is_memmap and not v.host_data.flags.writeable
+        ]
+        self.weights_to_host_on_exit = weights_to_host_on_exit and not self._read_only_maps
         ir._session_created = True
         # Host values are replaced, never written in place, so they start as the variables' own data.
         self._host: dict[Variable, Array] = {v: v.host_data for v in self._program.variables}
@@ -98,9 +106,24 @@ class Session:
 
     def weights_to_host(self) -> None:
         """Copy every variable's device value (first replica of each group) to the host."""
+        if self._read_only_maps:
+            raise Exception(
+                "Writing data from device to host is not possible as the `ir` contains a read-only memmap "
+                f"(variables {self._read_only_maps})."
+            )
         self._require_attached("weights_to_host")
-        self._host.update(self._program.read_variables(self._state, self._program.variables))
+        self._set_host(self._program.read_variables(self._state, self._program.variables))
         self._host_stale = False
+
+    def _set_host(self, values: Mapping[Variable, Array]) -> None:
+        """Replace host values; a memory-mapped one is written into its map, which is flushed."""
+        for var, value in values.items():
+            held = self._host[var]
+            if isinstance(held, np.memmap):
+                held[...] = value
+                held.flush()
+            else:
+                self._host[var] = value
 
     def run(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[DeviceToHostStream, Array]:
         """Execute the main graph once; returns one array per device-to-host stream."""
@@ -202,8 +225,10 @@ class Session:
                 raise TypeError(f"Tensor {getattr(var, 'id', var)} is not of type Variable")
             if isinstance(var, LoadedVariable):
                 raise TypeError(f"{var} is the on-device value of {var.whole}: write {var.whole.name!r} instead")
-            if var.retrieval_mode == "all_replicas" and var.replica_grouping.num_groups > 1:
-                raise NotImplementedError(f"Writing {var.id} with retrieval mode 'all_replicas'")
+            if var.retrieval_mode == "all_replicas" and var.replica_grouping.group_size > 1:
+                raise NotImplementedError(
+                    f'Copying to tensor {var.id} with "all_replicas" retrieval mode is not yet supported.'
+                )
             arr = np.asarray(data, dtype=var.dtype.as_numpy()) if np.isscalar(data) else np.asarray(data)
             if arr.dtype != var.dtype.as_numpy():
                 raise TypeError(f"Data for {var.id} has dtype {arr.dtype}, expected {var.dtype.as_numpy()}")
@@ -214,9 +239,15 @@ class Session:
             checked[var] = arr.copy()
         if self.is_attached and self._host_stale:
             self.weights_to_host()
-        self._host.update(checked)
+        self._set_host(checked)
         if self.is_attached:
             self._state = self._program.with_variables(self._state, checked)
+
+    def _every_replica(self, var: Variable) -> Array:
+        """Each replica's value of `var`, in replica order (popxl's "all_replicas" retrieval)."""
+        if self.is_attached:
+            return self._program.replica_rows(self._state, var)
+        return self._program.replica_values(var, self._host[var])
 
     def get_tensor_data(self, tensor: Tensor) -> Array:
         """The host value of a Variable or Constant."""
@@ -233,7 +264,11 @@ class Session:
             elif isinstance(t, Variable):
                 if self.is_attached and self._host_stale:
                     self.weights_to_host()
-                out[t] = self._host[t].copy()
+                held = self._host[t]
+                if t.retrieval_mode == "all_replicas" and t.replica_grouping.group_size > 1:
+                    out[t] = self._every_replica(t)
+                else:
+                    out[t] = held if isinstance(held, np.memmap) else held.copy()
             else:
                 raise TypeError(f"Tensor {getattr(t, 'id', t)} is not of type Constant or Variable")
         return out

@@ -380,6 +380,16 @@ class Variable(Tensor):
         self.retrieval_mode = retrieval_mode
 
     @property
+    def group_shape(self) -> tuple[int, ...]:
+        """The shape of one group's value (the host data less its group axis)."""
+        return self._group_shape
+
+    @property
+    def is_memmap(self) -> bool:
+        """Whether the host value lives in an `np.memmap` given at creation, which the Session writes back to."""
+        return isinstance(self.host_data, np.memmap)
+
+    @property
     def shape_on_host(self) -> tuple[int, ...]:
         """Shape of the host data: a leading group axis when there is more than one group."""
         if self.replica_grouping.num_groups > 1:

@@ -191,7 +191,7 @@ class Program:
 
     def _stored_rows(self, var: RemoteVariable, host: Any) -> np.ndarray[Any, Any]:
         rows = self.replica_values(var, host)
-        return self._shard_rows(var, rows) if var.sharded else rows
+        return self._shard_rows(var, rows) if var.sharded else rows.reshape(self.replicas, *var.buffer.tensor_shape)
 
     def init_state(self, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
         """Device state: variables from `host`, remote buffers zeroed at their final size (but for remote variables)."""
@@ -233,17 +233,17 @@ class Program:
 
     def read_variables(self, state: State, variables: list[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
         """Host values of `variables` from device state (a remote variable's from its loaded value, if any)."""
-        out: dict[Variable, np.ndarray[Any, Any]] = {}
-        for v in variables:
-            if isinstance(v, RemoteVariable):
-                if v in self.loaded:
-                    rows = self.placement.fetch_all(state["vars"][self.loaded[v].id])
-                else:
-                    rows = self.placement.fetch_all(state["buffers"][buffer_key(v.buffer)])[:, v.offset]
-                out[v] = self.host_values(v, self._unshard_rows(v, rows) if v.sharded else rows)
-            else:
-                out[v] = self.host_values(v, self.placement.fetch_all(state["vars"][v.id]))
-        return out
+        return {v: self.host_values(v, self.replica_rows(state, v)) for v in variables}
+
+    def replica_rows(self, state: State, v: Variable) -> np.ndarray[Any, Any]:
+        """Every replica's value of `v`, `(replicas, *group shape)`, from device state."""
+        if not isinstance(v, RemoteVariable):
+            return self.placement.fetch_all(state["vars"][v.id])
+        if v in self.loaded:
+            rows = self.placement.fetch_all(state["vars"][self.loaded[v].id])
+        else:
+            rows = self.placement.fetch_all(state["buffers"][buffer_key(v.buffer)])[:, v.offset]
+        return self._unshard_rows(v, rows) if v.sharded else rows.reshape(self.replicas, *v.group_shape)
 
     def run(
         self, state: State, inputs: dict[str, np.ndarray[Any, Any]]
