@@ -297,7 +297,7 @@ def test_print_tensor_prints_the_value_and_its_gradient(capfd: pytest.CaptureFix
         ops.host_store(out, dx)
     with popxl.Session(ir, "cpu") as session:
         np.testing.assert_array_equal(session.run()[out], [3.0, -3.0])
-    printed = capfd.readouterr().out
+    printed = capfd.readouterr().err
     assert "tripled: [3. 6.]" in printed and "tripled_gradient: [ 1. -1.]" in printed
 
 

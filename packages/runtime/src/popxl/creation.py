@@ -12,10 +12,11 @@ from popxl import context, dtypes
 from popxl.remote_buffer import RemoteBuffer, replica_sharded_buffer
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Variable
+from popxl.utils import to_numpy
 
 
 def _as_array(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
-    arr = np.asarray(data)
+    arr = to_numpy(data, copy=False)
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.as_dtype(arr)
     return np.array(arr, dtype=dt.as_numpy(), order="C"), dt
 

@@ -13,6 +13,7 @@ from popxl.ir import Ir
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, LoadedVariable, Tensor, Variable
+from popxl.utils import to_numpy
 
 Array = np.ndarray[Any, Any]
 
@@ -179,7 +180,7 @@ class Session:
 
     def _to_replica_major(self, stream: HostToDeviceStream, data: Any) -> Array:
         layout = self.host_layout
-        arr = np.asarray(data)
+        arr = to_numpy(data, downcast=False, copy=False)
         want = layout.shape(stream.shape)
         if arr.dtype != stream.dtype.as_numpy():
             if arr.dtype.kind not in "biuf" or dtypes.as_dtype(arr.dtype) is not stream.dtype:

@@ -1,7 +1,8 @@
-"""Printing tensors while a program runs."""
+"""Printing tensors while a program runs, to standard error as poplar prints them."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,9 @@ def _show(title: str, attrs: Attrs, value: np.ndarray) -> None:
     print(
         f"{title}: {attrs['open_bracket']}{text[1:-1]}{attrs['close_bracket']}"
         if text.startswith("[")
-        else f"{title}: {text}"
+        else f"{title}: {text}",
+        file=sys.stderr,
+        flush=True,
     )
 
 
