@@ -22,7 +22,7 @@ def test_host_streams_several_transfers_in_a_loop() -> None:
     ir.num_host_transfers = 4
     data = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
     with popxl.Session(ir, "cpu") as s:
-        assert s.expected_inputs == [h] and unused not in s.expected_inputs
+        assert s.expected_inputs() == [h] and unused not in s.expected_inputs()
         first = s.run({h: data})[d]
         outputs = s.create_host_outputs()
         s.run_with_outputs({h: data + 1}, outputs)

@@ -76,7 +76,6 @@ class Session:
         """How replicas execute: 'devices' or 'simulate'."""
         return self._program.mode
 
-    @property
     def expected_inputs(self) -> list[HostToDeviceStream]:
         """The host-to-device streams `run` needs data for."""
         return list(self._program.h2d)
