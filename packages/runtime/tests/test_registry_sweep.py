@@ -157,6 +157,45 @@ def conditional(ir: popxl.Ir) -> OpExample:
     )
 
 
+PROBS = np.asarray(jax.nn.softmax(RNG.normal(size=(4, 5)), axis=-1), np.float32)
+LABELS = i32(1, 0, 4, 2)
+
+
+def nll_ref(p: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean negative log likelihood of the labels other than 2 (the ignored one)."""
+    kept = labels != 2
+    logp = jnp.log(p[jnp.arange(4), labels])
+    return -jnp.sum(jnp.where(kept, logp, 0.0)) / jnp.sum(kept)
+
+
+def nll_softmax_grad_ref(p: jax.Array, labels: jax.Array, g: jax.Array) -> list[jax.Array]:
+    """The loss and d loss / d logits of softmax probabilities, for labels other than 2."""
+    kept = (labels != 2)[:, None]
+    dx = (p - jax.nn.one_hot(labels, 5)) * g / 3 * kept
+    return [nll_ref(p, labels), dx]
+
+
+def scatter_sum_ref(data: jax.Array, indices: jax.Array) -> list[jax.Array]:
+    """Per column, the rows of `data` summed into 3 segments by `indices`."""
+    per_column = jax.vmap(lambda d, i: jax.ops.segment_sum(d, i, 3), in_axes=(1, 1), out_axes=1)
+    return [per_column(data, indices)]
+
+
+def histogram_ref(x: jax.Array) -> list[jax.Array]:
+    """Counts below -0.5, in [-0.5, 0), in [0, 1) and at or above 1."""
+    edges = jnp.array([-0.5, 0.0, 1.0])
+    bins = jnp.sum(x.ravel()[:, None] >= edges, axis=1)
+    return [jnp.sum(bins[:, None] == jnp.arange(4), axis=0).astype(jnp.uint32)]
+
+
+def batch_norm_ref(x: jax.Array, scale: jax.Array, bias: jax.Array, mean: jax.Array, var: jax.Array) -> list[Any]:
+    """Per-channel (axis 1) normalisation by given estimates."""
+    shape = (1, 3, 1)
+    return [
+        (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-3) * scale.reshape(shape) + bias.reshape(shape)
+    ]
+
+
 def vjp(ir: popxl.Ir) -> OpExample:
     """The VJP of `mul` with respect to its first operand."""
     spec = popxl.TensorSpec((3,), popxl.float32)
@@ -540,6 +579,45 @@ EXAMPLES: dict[str, Factory] = {
         [seed()],
         {"shape": (3, 4), "mean": 1.0, "std": 2.0, "dtype": popxl.float32},
         reference=lambda s: [jax.random.normal(key(s), (3, 4), jnp.float32) * 2.0 + 1.0],
+    ),
+    "shaped_dropout": lambda ir: OpExample(
+        [f32(3, 4), seed()],
+        {"shape": (3, 1), "ratio": 0.25},
+        reference=lambda x, s: [jnp.where(jax.random.bernoulli(key(s), 0.75, (3, 1)), x / 0.75, 0.0)],
+    ),
+    "nll_loss": lambda ir: OpExample(
+        [PROBS, LABELS],
+        {"ignore_index": 2, "reduction": "mean", "log_prob": False},
+        reference=lambda p, labels: [nll_ref(p, labels)],
+        rtol=1e-5,
+    ),
+    "nll_loss_with_softmax_grad": lambda ir: OpExample(
+        [PROBS, LABELS, np.float32(0.5)],
+        {"ignore_index": 2, "reduction": "mean", "log_prob": False},
+        reference=nll_softmax_grad_ref,
+        rtol=1e-5,
+    ),
+    "groupedgather": lambda ir: OpExample(
+        [f32(2, 4, 3), np.array([[3, 0, 1], [2, 2, 0]], np.int32)],
+        {"axis": 1, "group_size": 2, "zero_OOR": False},
+        reference=lambda t, i: [jnp.stack([t[0][i[0]], t[1][i[1]]])],
+    ),
+    "scatter_reduce": lambda ir: OpExample(
+        [f32(5, 4), RNG.integers(0, 3, size=(5, 4)).astype(np.int32)],
+        {"reduction": "sum", "axis": 0, "axis_size": 3},
+        reference=scatter_sum_ref,
+        rtol=1e-5,
+    ),
+    "histogram": lambda ir: OpExample(
+        [f32(4, 6)], {"levels": (1.0, -0.5, 0.0), "absolute_of_input": False}, reference=histogram_ref
+    ),
+    "batch_norm_inference": lambda ir: OpExample(
+        [f32(2, 3, 4), f32(3), f32(3), f32(3), f32(3, low=0.5)], {"epsilon": 1e-3}, reference=batch_norm_ref, rtol=1e-5
+    ),
+    "all_reduce": lambda ir: OpExample(
+        [f32(3), f32(3), f32(3)],
+        {"op": "add", "ipus": None, "identical_inputs": False, "identical_grad_inputs": False},
+        reference=lambda a, b, c: [a + b + c] * 3,
     ),
     "dropout": lambda ir: OpExample(
         [f32(3, 4), seed()],

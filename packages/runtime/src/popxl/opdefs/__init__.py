@@ -13,6 +13,7 @@ from popxl.opdefs import (  # noqa: F401
     indexing,
     io,
     linalg,
+    losses,
     optimizers,
     random,
     reduce,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from popxl.creation import constant
 from popxl.errors import AutodiffError
 from popxl.op import Attrs, Op, OpDef, create_op, register
 from popxl.opdefs.common import modifies_first
@@ -189,4 +191,61 @@ def _gather_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) ->
 
 ALL_GATHER = register(
     OpDef("replicated_all_gather", _gather_infer, _lower_gather, grad=_gather_grad, groupings=group_of)
+)
+
+
+def _combine(op: str, xs: Sequence[jax.Array]) -> jax.Array:
+    """`xs` reduced elementwise with collective op `op`."""
+    if op == "square_add":
+        return sum((x * x for x in xs[1:]), xs[0] * xs[0])
+    stacked = jnp.stack(xs)
+    if op == "add":
+        return stacked.sum(0)
+    if op in ("mean", "mul"):  # popxl maps the 'mul' collective to mean
+        return stacked.mean(0).astype(xs[0].dtype)
+    if op in ("min", "and"):
+        return stacked.min(0)
+    return stacked.max(0)
+
+
+def _ipu_all_reduce_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    if attrs["op"] not in REDUCE_OPS or attrs["op"] == "local":
+        raise ValueError(f"Not a valid op: {attrs['op']}. Must choose from: {', '.join(REDUCE_OPS[:-1])}")
+    if any((s.shape, s.dtype) != (specs[0].shape, specs[0].dtype) for s in specs):
+        raise ValueError(f"all_reduce needs tensors of one shape and dtype, got {[str(s) for s in specs]}")
+    return dict(attrs)
+
+
+def _lower_ipu_all_reduce(ctx: LoweringContext, attrs: Attrs, *xs: jax.Array) -> list[jax.Array]:
+    if attrs["identical_inputs"]:
+        return list(xs)
+    total = _combine(attrs["op"], xs)
+    return [total] * len(xs)
+
+
+def _ipu_all_reduce_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    if op.attrs["op"] != "add":
+        raise AutodiffError(f"all_reduce has a gradient for op 'add' only, as in popxl ({op})")
+    if all(g is None for g in out_grads):
+        return [None] * len(out_grads)
+    zero = [np.zeros(t.shape, t.dtype.as_numpy()) for t in op.outputs]
+    filled = [g if g is not None else constant(zero[i], op.outputs[i].dtype) for i, g in enumerate(out_grads)]
+    attrs = {
+        **op.attrs,
+        "identical_inputs": op.attrs["identical_grad_inputs"],
+        "identical_grad_inputs": op.attrs["identical_inputs"],
+    }
+    return list(create_op(IPU_ALL_REDUCE, filled, attrs))
+
+
+# A reduction across the IPUs of one replica: here every IPU of a replica is one device, so each output is the
+# reduction of all the inputs, with popxl's identical-inputs forms (forward or gradient an identity).
+IPU_ALL_REDUCE = register(
+    OpDef(
+        "all_reduce",
+        lambda specs, attrs: list(specs),
+        _lower_ipu_all_reduce,
+        grad=_ipu_all_reduce_grad,
+        normalise=_ipu_all_reduce_normalise,
+    )
 )

@@ -1,4 +1,5 @@
-"""Indexing ops: gather, dynamic slices and updates, one-hot encoding, arg-max and arg-min."""
+"""Indexing ops: gather (grouped too), dynamic slices and updates, one-hot encoding, arg-max and arg-min,
+scatter and scatter-reduce."""
 
 from __future__ import annotations
 
@@ -239,5 +240,126 @@ SCATTER = register(
         _lower_scatter,
         grad=vjp_grad({0: (1,), 2: (1,)}),
         normalise=_scatter_normalise,
+    )
+)
+
+
+def _grouped_gather_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    t, indices = specs
+    _check_index("groupedgather", indices)
+    axis = axis_in("groupedgather", attrs["axis"], len(t.shape))
+    groups = attrs["group_size"]
+    if groups > 1 and (axis == 0 or t.shape[0] != groups or indices.shape[:1] != (groups,)):
+        raise ValueError(
+            f"groupedgather with group_size {groups} needs data and indices with a leading group axis of that "
+            f"size and a gather axis after it, got data {t.shape}, indices {indices.shape}, axis {axis}"
+        )
+    return {**attrs, "axis": axis}
+
+
+def _grouped_gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    t, indices = specs
+    if attrs["group_size"] == 1:
+        return _gather_infer(specs, attrs)
+    axis = attrs["axis"]
+    return [TensorSpec((*t.shape[:axis], *indices.shape[1:], *t.shape[axis + 1 :]), t.dtype)]
+
+
+def _lower_grouped_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array) -> list[jax.Array]:
+    if attrs["group_size"] == 1:
+        return _lower_gather(ctx, attrs, t, indices)
+    inner = {**attrs, "axis": attrs["axis"] - 1}
+    return [jax.vmap(lambda tg, ig: _lower_gather(ctx, inner, tg, ig)[0])(t, indices)]
+
+
+GROUPED_GATHER = register(
+    OpDef(
+        "groupedgather",
+        _grouped_gather_infer,
+        _lower_grouped_gather,
+        grad=vjp_grad({0: (1,)}),
+        normalise=_grouped_gather_normalise,
+    )
+)
+
+SCATTER_REDUCTIONS = ("sum", "min", "max", "none")
+
+
+def _scatter_reduce_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    data, indices = specs[0], specs[1]
+    _check_index("scatter_reduce", indices)
+    if attrs["reduction"] not in SCATTER_REDUCTIONS:
+        raise ValueError(f"The reduction must be one of {list(SCATTER_REDUCTIONS)}, got {attrs['reduction']!r}")
+    axis = axis_in("scatter_reduce", attrs["axis"], len(data.shape))
+    vector = len(indices.shape) == 1 and indices.shape[0] == data.shape[axis]
+    if indices.shape != data.shape and not vector:
+        raise ValueError(
+            f"scatter_reduce indices of shape {indices.shape} must have the data's shape {data.shape}, or be a "
+            f"vector of its axis {axis} (partial broadcasting is not supported, as in popxl)"
+        )
+    size = attrs["axis_size"]
+    if len(specs) == 3:
+        init = specs[2]
+        size = init.shape[axis] if size is None else size
+        want = (*data.shape[:axis], size, *data.shape[axis + 1 :])
+        if (init.shape, init.dtype) != (want, data.dtype):
+            raise ValueError(f"scatter_reduce initial_values must be {data.dtype.name} {want}, got {init}")
+    if size is None:
+        raise ValueError("One of initial_values and axis_size must be specified")
+    return {**attrs, "axis": axis, "axis_size": int(size)}
+
+
+def _scatter_reduce_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    data = specs[0]
+    axis = attrs["axis"]
+    return [TensorSpec((*data.shape[:axis], attrs["axis_size"], *data.shape[axis + 1 :]), data.dtype)]
+
+
+def _extreme(dtype: Any, highest: bool) -> jax.Array:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.array(jnp.inf if highest else -jnp.inf, dtype)
+    info = jnp.iinfo(dtype)
+    return jnp.array(info.max if highest else info.min, dtype)
+
+
+def _lower_scatter_reduce(
+    ctx: LoweringContext, attrs: Attrs, data: jax.Array, indices: jax.Array, *initial: jax.Array
+) -> list[jax.Array]:
+    axis, reduction = attrs["axis"], attrs["reduction"]
+    out_shape = (*data.shape[:axis], attrs["axis_size"], *data.shape[axis + 1 :])
+    if indices.ndim == 1 and data.ndim > 1:
+        indices = indices.reshape([-1 if i == axis else 1 for i in range(data.ndim)])
+    where = list(jnp.indices(data.shape, sparse=True))
+    where[axis] = jnp.broadcast_to(indices, data.shape)
+    target = tuple(where)
+    if initial:
+        base = initial[0]
+    elif reduction in ("min", "max"):
+        base = jnp.full(out_shape, _extreme(data.dtype, highest=reduction == "min"))
+    else:
+        base = jnp.zeros(out_shape, data.dtype)
+    at = base.at[target]
+    if reduction == "sum":
+        out = at.add(data)
+    elif reduction == "max":
+        out = at.max(data)
+    elif reduction == "min":
+        out = at.min(data)
+    else:
+        out = at.set(data)
+    if not initial and reduction in ("min", "max"):
+        # Positions no element reaches are zero, as popart fills them.
+        hit = jnp.zeros(out_shape, bool).at[target].set(True)
+        out = jnp.where(hit, out, jnp.zeros_like(out))
+    return [out]
+
+
+SCATTER_REDUCE = register(
+    OpDef(
+        "scatter_reduce",
+        _scatter_reduce_infer,
+        _lower_scatter_reduce,
+        grad=vjp_grad(),
+        normalise=_scatter_reduce_normalise,
     )
 )

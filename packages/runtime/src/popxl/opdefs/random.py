@@ -74,3 +74,28 @@ def _lower_dropout(ctx: LoweringContext, attrs: Attrs, x: jax.Array, seed: jax.A
 
 
 DROPOUT = register(OpDef("dropout", _dropout_infer, _lower_dropout, grad=vjp_grad({0: (1,)})))
+
+
+def _shaped_dropout_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    check_seed(specs[1])
+    if not 0 <= attrs["ratio"] < 1:
+        raise ValueError(f"shaped_dropout ratio must be in [0, 1), got {attrs['ratio']}")
+    try:
+        broadcast = jnp.broadcast_shapes(tuple(attrs["shape"]), specs[0].shape)
+    except ValueError as e:
+        raise ValueError(f"shaped_dropout mask shape {attrs['shape']} does not broadcast to {specs[0].shape}") from e
+    if broadcast != specs[0].shape:
+        raise ValueError(f"shaped_dropout mask shape {attrs['shape']} does not broadcast to {specs[0].shape}")
+    return [specs[0]]
+
+
+def _lower_shaped_dropout(ctx: LoweringContext, attrs: Attrs, x: jax.Array, seed: jax.Array) -> list[jax.Array]:
+    # One draw per element of the mask's shape, shared along the axes it broadcasts over.
+    ratio = attrs["ratio"]
+    keep = jax.random.bernoulli(_key(seed), 1 - ratio, tuple(attrs["shape"]))
+    return [jnp.where(keep, x / (1 - ratio), jnp.zeros_like(x))]
+
+
+SHAPED_DROPOUT = register(
+    OpDef("shaped_dropout", _shaped_dropout_infer, _lower_shaped_dropout, grad=vjp_grad({0: (1,)}))
+)

@@ -1,4 +1,4 @@
-"""Reductions, softmax and normalisation."""
+"""Reductions, softmax, normalisation (group norm, batch norm for inference) and histograms."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from popxl import dtypes
 from popxl.op import Attrs, OpDef, register
 from popxl.opdefs.common import axis_in, like_input, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
@@ -126,5 +127,49 @@ GROUP_NORM = register(
         _group_norm_infer,
         lambda ctx, attrs, x, w, b: [_group_norm(x, w, b, attrs["num_groups"], attrs["eps"])],
         grad=vjp_grad({0: (0, 1), 1: (0,), 2: ()}),
+    )
+)
+
+
+def _batch_norm_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    x = specs[0]
+    if len(x.shape) < 2:
+        raise ValueError(f"batch_norm_inference needs an input of rank >= 2 (N, C, ...), got {x.shape}")
+    for name, s in zip(("scale", "bias", "mean", "var"), specs[1:]):
+        if s.shape != (x.shape[1],):
+            raise ValueError(f"batch_norm_inference {name} must have shape ({x.shape[1]},), got {s.shape}")
+    return [x]
+
+
+def _lower_batch_norm(ctx: Any, attrs: Attrs, x: jax.Array, *per_channel: jax.Array) -> list[jax.Array]:
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (v.reshape(shape) for v in per_channel)
+    return [((x - mean) * jax.lax.rsqrt(var + attrs["epsilon"]) * scale + bias).astype(x.dtype)]
+
+
+# Inference only: normalised by the given estimates; `momentum` has no effect, as in popxl.
+BATCH_NORM_INFERENCE = register(OpDef("batch_norm_inference", _batch_norm_infer, _lower_batch_norm, grad=vjp_grad()))
+
+
+def _histogram_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
+    return [TensorSpec((len(attrs["levels"]) + 1,), dtypes.uint32)]
+
+
+def _lower_histogram(ctx: Any, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
+    # Bin k counts values in [levels[k-1], levels[k]); bin 0 those below the first level, the last those at or above
+    # the last level.
+    values = jnp.abs(x) if attrs["absolute_of_input"] else x
+    levels = jnp.asarray(attrs["levels"], jnp.float32)
+    bins = jnp.searchsorted(levels, values.astype(jnp.float32).ravel(), side="right")
+    return [jnp.zeros(len(attrs["levels"]) + 1, jnp.uint32).at[bins].add(1)]
+
+
+# Levels are used in increasing order, whatever order they come in, as popart sorts them.
+HISTOGRAM = register(
+    OpDef(
+        "histogram",
+        _histogram_infer,
+        _lower_histogram,
+        normalise=lambda specs, attrs: {**attrs, "levels": tuple(sorted(float(v) for v in attrs["levels"]))},
     )
 )

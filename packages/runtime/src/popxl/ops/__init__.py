@@ -20,13 +20,16 @@ from popxl.ops.indexing import (
     dynamic_update,
     dynamic_update_,
     gather,
+    groupedgather,
     onehot,
     scatter,
+    scatter_reduce,
     subsample,
     tied_gather,
     topk,
 )
 from popxl.ops.io import host_load, host_store, init, io_tile_copy, remote_load, remote_load_, remote_store
+from popxl.ops.losses import nll_loss, nll_loss_with_softmax_grad
 from popxl.ops.maths import (
     abs,
     add,
@@ -86,8 +89,18 @@ from popxl.ops.maths import (
     transpose_,
     where,
 )
-from popxl.ops.random import dropout, random_normal, random_uniform, split_random_seed
-from popxl.ops.reductions import cumsum, l1, l2, lamb_square, logsum, median, prod
+from popxl.ops.random import dropout, random_normal, random_uniform, shaped_dropout, split_random_seed
+from popxl.ops.reductions import (
+    batch_norm_inference,
+    cumsum,
+    histogram,
+    l1,
+    l2,
+    lamb_square,
+    logsum,
+    median,
+    prod,
+)
 from popxl.ops.unary import (
     ceil,
     clamp,
@@ -111,6 +124,13 @@ from popxl.ops.unary import (
 from popxl.ops.var_updates import scaled_add_
 
 __all__ = [
+    "batch_norm_inference",
+    "groupedgather",
+    "histogram",
+    "nll_loss",
+    "nll_loss_with_softmax_grad",
+    "scatter_reduce",
+    "shaped_dropout",
     "PadType",
     "average_pool",
     "conv",

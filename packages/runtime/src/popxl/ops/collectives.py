@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+
 from popxl import context
+from popxl.ir import Ir
 from popxl.op import create_op
 from popxl.opdefs import collectives as c
 from popxl.ops.maths import reshape, transpose
@@ -97,3 +101,61 @@ def replicated_slice(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = N
     perm.insert(axis, perm.pop(0))
     out = reshape(shard, shape)
     return transpose(out, perm) if axis and len(shape) > 1 else out
+
+
+class CommGroupType(enum.Enum):
+    """popart's kinds of replica group (popxl now describes groups with `ReplicaGrouping`)."""
+
+    All = 0
+    Consecutive = 1
+    Orthogonal = 2
+    Ungrouped = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class CommGroup:
+    """popart's description of a replica group: a kind and a group size."""
+
+    type: CommGroupType = CommGroupType.All
+    replicaGroupSize: int = 0  # noqa: N815  (popart's name)
+
+    def to_replica_grouping(self, ir: Ir) -> ReplicaGrouping:
+        """The same groups as a `ReplicaGrouping` of `ir`."""
+        n = ir.replication_factor
+        size = self.replicaGroupSize
+        if self.type is CommGroupType.All:
+            return ir.replica_grouping()
+        if self.type is CommGroupType.Ungrouped:
+            return ir.replica_grouping(group_size=1)
+        if size < 1 or n % size:
+            raise ValueError(f"{self} needs a group size dividing the {n} replicas")
+        if self.type is CommGroupType.Consecutive:
+            return ir.replica_grouping(group_size=size)
+        return ir.replica_grouping(stride=n // size, group_size=size)
+
+
+def _ipu_all_reduce(
+    ts: list[Tensor], ipus: list[int] | None, op: str, identical_inputs: bool, identical_grad_inputs: bool
+) -> list[Tensor]:
+    attrs = {
+        "op": op,
+        "ipus": tuple(ipus) if ipus is not None else None,
+        "identical_inputs": identical_inputs,
+        "identical_grad_inputs": identical_grad_inputs,
+    }
+    return create_op(c.IPU_ALL_REDUCE, list(ts), attrs)
+
+
+def all_reduce(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add") -> list[Tensor]:
+    """`ts`, one per IPU of a replica, each replaced by their reduction with `op` (autodiff: 'add' only)."""
+    return _ipu_all_reduce(ts, ipus, op, False, False)
+
+
+def all_reduce_identical_inputs(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add") -> list[Tensor]:
+    """Forward: identity (the inputs are identical); gradient: the all-reduce of the gradients."""
+    return _ipu_all_reduce(ts, ipus, op, True, False)
+
+
+def all_reduce_identical_grad_inputs(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add") -> list[Tensor]:
+    """Forward: the all-reduce; gradient: identity (the gradients are identical)."""
+    return _ipu_all_reduce(ts, ipus, op, False, True)

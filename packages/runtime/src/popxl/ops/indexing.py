@@ -99,3 +99,35 @@ def subsample(t: Tensor, strides: int | Sequence[int]) -> Tensor:
     """Every `strides[i]`-th element along axis i (missing strides are 1)."""
     given = [strides] if isinstance(strides, int) else list(strides)
     return create_op(SUBSAMPLE, [t], {"strides": given})[0]
+
+
+def groupedgather(
+    t: Tensor,
+    indices: Tensor | Any,
+    axis: int = 0,
+    group_size: int | None = 1,
+    available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
+) -> Tensor:
+    """`gather` in each of `group_size` groups: `t` and `indices` have a leading group axis, and `axis` (after
+    it) is gathered within each group."""
+    attrs = {"axis": axis, "group_size": group_size or 1, "zero_OOR": zero_OOR}
+    return create_op(ix.GROUPED_GATHER, [t, _indices(indices)], attrs)[0]
+
+
+def scatter_reduce(
+    data: Tensor,
+    indices: Tensor | Any,
+    reduction: str,
+    initial_values: Tensor | None = None,
+    axis: int = 0,
+    axis_size: int | None = None,
+    enable_index_broadcast: bool = True,
+    available_memory_proportion: float | None = None,
+) -> Tensor:
+    """`data` reduced ('sum', 'min', 'max', or 'none': written) into `axis_size` positions along `axis`, element
+    i going to `indices[i]`; starting from `initial_values` if given, else zero (positions no element reaches
+    stay zero)."""
+    inputs = [data, _indices(indices), *([initial_values] if initial_values is not None else [])]
+    attrs = {"reduction": reduction, "axis": axis, "axis_size": axis_size}
+    return create_op(ix.SCATTER_REDUCE, inputs, attrs)[0]

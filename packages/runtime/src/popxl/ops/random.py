@@ -36,3 +36,9 @@ def random_normal(
 def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
     """`t` with elements zeroed with probability `p`, the rest scaled by 1/(1-p)."""
     return create_op(r.DROPOUT, [t, seed_tensor], {"p": float(p)})[0]
+
+
+def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Any, ratio: float) -> Tensor:
+    """`t` with elements zeroed with probability `ratio` by a mask of `shape` broadcast to `t` (the rest scaled
+    by 1 / (1 - ratio)): elements sharing a mask position are dropped together."""
+    return create_op(r.SHAPED_DROPOUT, [t, seed_tensor], {"shape": tuple(shape), "ratio": float(ratio)})[0]

@@ -48,3 +48,18 @@ def cumsum(t: Tensor, dim: int = 0) -> Tensor:
 def lamb_square(t: Tensor) -> Tensor:
     """The sum of squares of every element of `t`, in float32 (LAMB's squared norms)."""
     return create_op(LAMB_SQUARE, [t])[0]
+
+
+def histogram(t: Tensor, levels: Iterable[float], absolute_of_input: bool) -> Tensor:
+    """Counts of the values of `t` (or their magnitudes) below the first level, between consecutive levels
+    (each bin including its lower level) and at or above the last, as uint32."""
+    attrs = {"levels": tuple(levels), "absolute_of_input": bool(absolute_of_input)}
+    return create_op(reduce.HISTOGRAM, [t], attrs)[0]
+
+
+def batch_norm_inference(
+    t: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor, epsilon: float = 1e-5, momentum: float = 0.9
+) -> Tensor:
+    """`t` (N, C, ...) normalised per channel by the estimates `mean` and `var`, then scaled and shifted;
+    `momentum` concerns training and has no effect."""
+    return create_op(reduce.BATCH_NORM_INFERENCE, [t, scale, bias, mean, var], {"epsilon": float(epsilon)})[0]

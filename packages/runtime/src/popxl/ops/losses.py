@@ -1,0 +1,36 @@
+"""Negative log likelihood losses of `popxl.ops`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popxl import dtypes
+from popxl.creation import constant
+from popxl.op import create_op
+from popxl.opdefs import losses
+from popxl.tensor import Tensor
+
+
+def nll_loss(
+    probs: Tensor, labels: Tensor, ignore_index: int | None = None, reduction: str = "mean", log_prob: bool = False
+) -> Tensor:
+    """Negative log likelihood of `labels` under `probs` (or log-probabilities with `log_prob`), over the last
+    axis; reduced by 'mean', 'sum' or 'none'. Labels equal to `ignore_index` contribute nothing."""
+    attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": log_prob}
+    return create_op(losses.NLL, [probs, labels], attrs)[0]
+
+
+def nll_loss_with_softmax_grad(
+    probs: Tensor,
+    labels: Tensor,
+    loss_grad: float | Tensor = 1,
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+) -> tuple[Tensor, Tensor]:
+    """The loss of `nll_loss` and its gradient with respect to the logits `x` of `probs = softmax(x)`, scaled
+    by `loss_grad` (dE/dl)."""
+    if not isinstance(loss_grad, Tensor):
+        loss_grad = constant(np.float32(loss_grad), dtypes.float32)
+    attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": False}
+    loss, dx = create_op(losses.NLL_WITH_SOFTMAX_GRAD, [probs, labels, loss_grad], attrs)
+    return loss, dx
