@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import importlib
 from typing import Any
 
 import ml_dtypes
@@ -47,9 +48,8 @@ class dtype:
 
     def as_torch(self) -> Any:
         """The PyTorch dtype of this type (PyTorch must be installed)."""
-        import torch
-
-        return getattr(torch, self.name)
+        # PyTorch is optional: imported by name, only when asked for.
+        return getattr(importlib.import_module("torch"), self.name)
 
     @property
     def itemsize(self) -> int:
