@@ -113,3 +113,21 @@ def test_remote_variable_in_a_buffer_of_another_shape_of_the_same_size() -> None
     with popxl.Session(ir, "cpu") as s:
         np.testing.assert_array_equal(s.run()[out], data)
     np.testing.assert_array_equal(s.get_tensor_data(v), data[:, :, None])
+
+
+def test_random_values_follow_each_replicas_seed() -> None:
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        seed_in = popxl.h2d_stream((2,), popxl.uint32, "seed")
+        out = popxl.d2h_stream((4,), popxl.float32, "r")
+        ops.host_store(out, ops.random_normal(ops.host_load(seed_in), (4,)))
+    own = popxl.create_seeds(3, replicas=2)
+    shared = np.stack([own[0], own[0]])
+    with popxl.Session(ir, "cpu") as s:
+        independent = s.run({seed_in: own})[out]
+        same = s.run({seed_in: shared})[out]
+        again = s.run({seed_in: own})[out]
+    assert not np.allclose(independent[0], independent[1])
+    np.testing.assert_array_equal(same[0], same[1])
+    np.testing.assert_array_equal(same[0], independent[0])
+    np.testing.assert_array_equal(again, independent)
