@@ -196,6 +196,46 @@ def batch_norm_ref(x: jax.Array, scale: jax.Array, bias: jax.Array, mean: jax.Ar
     ]
 
 
+ROIS = np.array([[0.5, 1.0, 6.0, 5.5], [2.0, -1.5, 9.5, 3.0]], np.float32)
+ROI_IMAGES = i32(1, 0)
+
+
+def roi_align_ref(t: jax.Array) -> list[jax.Array]:
+    """torchvision's RoIAlign (aligned=False, 2x2 bins, 2x2 samples, scale 0.5), written as explicit loops."""
+    height, width = t.shape[2:]
+    regions = []
+    for (x1, y1, x2, y2), b in zip(ROIS * 0.5, ROI_IMAGES):
+        bin_h, bin_w = max(y2 - y1, 1.0) / 2, max(x2 - x1, 1.0) / 2
+        rows = []
+        for ph in range(2):
+            cols = []
+            for pw in range(2):
+                total = jnp.zeros(t.shape[1], jnp.float32)
+                for iy in range(2):
+                    for ix in range(2):
+                        y = y1 + ph * bin_h + (iy + 0.5) * bin_h / 2
+                        x = x1 + pw * bin_w + (ix + 0.5) * bin_w / 2
+                        if y < -1 or y > height or x < -1 or x > width:
+                            continue
+                        y, x = max(y, 0.0), max(x, 0.0)
+                        y0, x0 = min(int(y), height - 1), min(int(x), width - 1)
+                        y = float(y0) if y0 == height - 1 else y
+                        x = float(x0) if x0 == width - 1 else x
+                        y1_, x1_ = min(y0 + 1, height - 1), min(x0 + 1, width - 1)
+                        ly, lx = y - y0, x - x0
+                        for yi, xi, wgt in (
+                            (y0, x0, (1 - ly) * (1 - lx)),
+                            (y0, x1_, (1 - ly) * lx),
+                            (y1_, x0, ly * (1 - lx)),
+                            (y1_, x1_, ly * lx),
+                        ):
+                            total = total + wgt * t[b, :, yi, xi]
+                cols.append(total / 4)
+            rows.append(jnp.stack(cols, axis=-1))
+        regions.append(jnp.stack(rows, axis=-2))
+    return [jnp.stack(regions)]
+
+
 def vjp(ir: popxl.Ir) -> OpExample:
     """The VJP of `mul` with respect to its first operand."""
     spec = popxl.TensorSpec((3,), popxl.float32)
@@ -579,6 +619,25 @@ EXAMPLES: dict[str, Factory] = {
         [seed()],
         {"shape": (3, 4), "mean": 1.0, "std": 2.0, "dtype": popxl.float32},
         reference=lambda s: [jax.random.normal(key(s), (3, 4), jnp.float32) * 2.0 + 1.0],
+    ),
+    "interpolate": lambda ir: OpExample(
+        [f32(2, 3, 4, 5)],
+        {
+            "scale_factor": (1.0, 1.0, 2.0, 3.0),
+            "mode": "linear",
+            "nearest_mode": "round_prefer_floor",
+            "coordinate_transformation_mode": "half_pixel",
+        },
+        reference=lambda x: [jax.image.resize(x, (2, 3, 8, 15), "linear", antialias=False)],
+        rtol=1e-5,
+        atol=1e-6,
+    ),
+    "roi_align": lambda ir: OpExample(
+        [f32(2, 3, 6, 5), ROIS, ROI_IMAGES],
+        {"output_size": (2, 2), "spatial_scale": 0.5, "sampling_ratio": 2},
+        reference=lambda t, r, b: roi_align_ref(t),
+        rtol=1e-5,
+        atol=1e-6,
     ),
     "shaped_dropout": lambda ir: OpExample(
         [f32(3, 4), seed()],

@@ -17,6 +17,7 @@ from popxl.opdefs import (  # noqa: F401
     optimizers,
     random,
     reduce,
+    resample,
     shape,
     var_updates,
 )

@@ -101,6 +101,7 @@ from popxl.ops.reductions import (
     median,
     prod,
 )
+from popxl.ops.resample import interpolate, roi_align
 from popxl.ops.unary import (
     ceil,
     clamp,
@@ -124,6 +125,8 @@ from popxl.ops.unary import (
 from popxl.ops.var_updates import scaled_add_
 
 __all__ = [
+    "interpolate",
+    "roi_align",
     "batch_norm_inference",
     "groupedgather",
     "histogram",
