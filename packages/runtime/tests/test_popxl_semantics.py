@@ -87,3 +87,25 @@ def test_replicated_slice_of_several_parts_keeps_the_axis() -> None:
     with popxl.Session(ir, "cpu") as session:
         got = session.run()[ys]
     np.testing.assert_array_equal(got, np.stack([data[:, :3], data[:, 3:]]))
+
+
+def test_host_only_dtypes_are_refused_for_tensors_by_name() -> None:
+    assert popxl.dtype.as_dtype(np.float64) is popxl.float64 and popxl.dtype.as_dtype("double") is popxl.float64
+    assert popxl.dtype.as_dtype(np.float32) is popxl.float32 and popxl.dtypes.dtype.from_name("half") is popxl.float16
+    with popxl.Ir().main_graph:
+        for dt in (popxl.float64, popxl.int64, popxl.float8_143):
+            with pytest.raises(TypeError, match=f"Tensors of popxl.{dt.name} are not supported here"):
+                popxl.constant(np.zeros(2), dt)
+        # Data of 64-bit types narrows as popxl narrows it when no dtype is asked for.
+        assert popxl.constant(np.zeros(2, np.float64)).dtype is popxl.float32
+
+
+def test_decompose_sum_keeps_gradient_chains_of_two_input_adds() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        spec = popxl.TensorSpec((3,), popxl.float32)
+        graph = ir.create_graph(lambda x: ops.sin(x) + ops.cos(x) + x * x, spec)
+        grad = popxl.transforms.autodiff(graph).graph
+        before = list(grad.ops)
+        assert popxl.transforms.decompose_sum(grad) is grad and list(grad.ops) == before
+        assert all(len(op.inputs) <= 2 for op in grad.ops if op.name == "add")

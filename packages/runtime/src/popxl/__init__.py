@@ -28,17 +28,25 @@ from popxl.creation import (
 from popxl.dtypes import (
     bfloat16,
     bool_,
+    complex64,
+    complex128,
+    double,
     dtype,
     float,
+    float8_143,
+    float8_152,
     float16,
     float32,
+    float64,
     half,
     int8,
     int16,
     int32,
+    int64,
     uint8,
     uint16,
     uint32,
+    uint64,
 )
 from popxl.errors import OutOfRangeError
 from popxl.graph import Graph, graph_input, graph_output
@@ -51,10 +59,24 @@ from popxl.replica_grouping import ReplicaGrouping
 from popxl.session import Session
 from popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Tensor, TensorByRef, TensorSpec, Variable
+from popxl.tensorlocation import ExecutionContext, ReplicatedTensorSharding, TensorLocation, TensorStorage, TileSet
 
 bool = bool_
 
 __all__ = [
+    "TileSet",
+    "TensorStorage",
+    "TensorLocation",
+    "ReplicatedTensorSharding",
+    "ExecutionContext",
+    "uint64",
+    "int64",
+    "float64",
+    "float8_152",
+    "float8_143",
+    "double",
+    "complex128",
+    "complex64",
     "Constant",
     "OutOfRangeError",
     "DeviceToHostStream",

@@ -11,13 +11,26 @@ import numpy as np
 
 
 class dtype:
-    """A popxl element type, convertible to and from NumPy."""
+    """A popxl element type, convertible to and from NumPy.
 
-    def __init__(self, name: str, np_type: Any, is_floating_point: builtins.bool, is_int: builtins.bool) -> None:
+    popxl's 64-bit, complex and float8 types exist for host data and for
+    popxl's API; tensors cannot have them (`on_device` is False), as XLA here
+    runs without 64-bit types and popxl's float8 formats have no XLA kind.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        np_type: Any,
+        is_floating_point: builtins.bool,
+        is_int: builtins.bool,
+        on_device: builtins.bool = True,
+    ) -> None:
         self.name = name
         self._np: np.dtype[Any] = np.dtype(np_type)
         self.is_floating_point = is_floating_point
         self.is_int = is_int
+        self.on_device = on_device
 
     def as_numpy(self) -> np.dtype[Any]:
         """The NumPy dtype of this type."""
@@ -35,7 +48,15 @@ class dtype:
 
     @classmethod
     def as_dtype(cls, type_value: Any) -> dtype:
-        """The popxl dtype of a popxl, NumPy or PyTorch dtype, a name, a Python type or an array."""
+        """The popxl dtype of a popxl, NumPy or PyTorch dtype, a name, a Python type or an array, as popxl maps
+        them: 64-bit types map to popxl's 64-bit types (which hold host data only)."""
+        if isinstance(type_value, str | np.dtype) and str(type_value) in _BY_NAME:
+            return _BY_NAME[str(type_value)]
+        if not isinstance(type_value, dtype) and type(type_value).__module__ != "torch":
+            npd = _numpy_dtype(type_value)
+            wide = _HOST_ONLY_BY_NUMPY.get(npd) if npd is not None else None
+            if wide is not None:
+                return wide
         return as_dtype(type_value)
 
     @classmethod
@@ -74,12 +95,29 @@ float16 = dtype("float16", np.float16, True, False)
 bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, True, False)
 float32 = dtype("float32", np.float32, True, False)
 
+int64 = dtype("int64", np.int64, False, True, on_device=False)
+uint64 = dtype("uint64", np.uint64, False, True, on_device=False)
+float64 = dtype("float64", np.float64, True, False, on_device=False)
+complex64 = dtype("complex64", np.complex64, False, False, on_device=False)
+complex128 = dtype("complex128", np.complex128, False, False, on_device=False)
+# popxl holds float8 host data as one-byte structured types of these names.
+float8_143 = dtype("float8_143", [("float8_143", "u1")], True, False, on_device=False)
+float8_152 = dtype("float8_152", [("float8_152", "u1")], True, False, on_device=False)
+
 _ALL = (bool_, int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32)
-_BY_NAME: dict[str, dtype] = {**{d.name: d for d in _ALL}, "half": float16, "float": float32}
+_HOST_ONLY = (int64, uint64, float64, complex64, complex128, float8_143, float8_152)
+_HOST_ONLY_BY_NUMPY = {d.as_numpy(): d for d in _HOST_ONLY}
+_BY_NAME: dict[str, dtype] = {
+    **{d.name: d for d in (*_ALL, *_HOST_ONLY)},
+    "half": float16,
+    "float": float32,
+    "double": float64,
+}
 # popxl's aliases; `bool` and `float` shadow the builtins, so this module names those through `builtins`.
 bool = bool_
 half = float16
 float = float32
+double = float64
 _BY_NUMPY: dict[np.dtype[Any], dtype] = {d.as_numpy(): d for d in _ALL}
 # 64-bit host data is narrowed, as popxl does for constants and session inputs.
 _DOWNCAST: dict[np.dtype[Any], dtype] = {
@@ -87,6 +125,18 @@ _DOWNCAST: dict[np.dtype[Any], dtype] = {
     np.dtype(np.uint64): uint32,
     np.dtype(np.float64): float32,
 }
+
+
+def _numpy_dtype(x: Any) -> np.dtype[Any] | None:
+    """The NumPy dtype of a NumPy type or dtype, an array or a scalar, if it has one."""
+    if isinstance(x, np.ndarray | np.generic):
+        found: np.dtype[Any] = x.dtype
+        return found
+    try:
+        converted: np.dtype[Any] = np.dtype(x)
+    except TypeError:
+        return None
+    return converted
 
 
 def as_dtype(x: Any) -> dtype:

@@ -23,6 +23,11 @@ class TensorSpec(Mapping[str, Any]):
     def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()) -> None:
         self._shape = tuple(int(s) for s in shape)
         self._dtype = dtypes.as_dtype(dtype)
+        if not self._dtype.on_device:
+            raise TypeError(
+                f"Tensors of {self._dtype} are not supported here: XLA runs without 64-bit and complex types, "
+                "and popxl's float8 formats have no XLA kind; use a 32-bit or narrower type"
+            )
         self._meta_shape = tuple(int(s) for s in meta_shape)
 
     @property

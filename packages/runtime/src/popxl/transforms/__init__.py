@@ -1,8 +1,9 @@
-"""Graph transforms of popxl: autodiff and exchange scheduling."""
+"""Graph transforms of popxl: autodiff, exchange scheduling and decompose_sum."""
 
 from popxl.context import merge_exchange
 from popxl.transforms import loop_grad  # noqa: F401  (registers the gradient of repeat)
 from popxl.transforms.autodiff import ExpectedConnection, ExpectedConnectionType, GradGraphInfo, autodiff
+from popxl.transforms.decompose_sum import decompose_sum
 from popxl.transforms.exchange import io_tile_exchange
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "ExpectedConnectionType",
     "GradGraphInfo",
     "autodiff",
+    "decompose_sum",
     "io_tile_exchange",
     "merge_exchange",
 ]
