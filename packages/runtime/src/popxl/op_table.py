@@ -180,6 +180,10 @@ DEPARTURES: dict[str, str] = {
     "random_uniform": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
     "random_normal": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
     "dropout": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
+    "shaped_dropout": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
+    "roi_align": "no gradient for the regions (as popart); sampling_ratio must be positive (a static grid)",
+    "interpolate": "'tf_crop_and_resize' uses the whole input as its region (popxl passes none)",
+    "all_reduce": "within a replica all IPUs are one device: each output is the reduction of the inputs",
     "split_random_seed": "JAX's threefry split",
     "io_tile_copy": "a copy: there are no IO tiles",
     "vjp": "the gradient of a forward op kind through JAX's VJP of its lowering (no popxl op)",
@@ -190,6 +194,19 @@ DEPARTURES: dict[str, str] = {
     "minimum": "not exported by popxl.ops",
     "less": "not exported by popxl.ops",
     "expand": "not exported by popxl.ops",
+}
+
+
+# Why a public popxl op is missing.
+MISSING: dict[str, str] = {
+    name: "missing: popxl's float8 formats have no XLA kind here"
+    for name in (
+        "pow2scale_cast_to_fp8",
+        "pow2scale_cast_from_fp8",
+        "conv_pow2scaled",
+        "conv_transpose_pow2scaled",
+        "matmul_pow2scaled",
+    )
 }
 
 
@@ -224,7 +241,8 @@ def markdown() -> str:
     for path, names in POPXL_OPS.items():
         namespace = _namespace(path)
         for name in sorted(names, key=str.lower):
-            lines.append(f"| `{path}` | `{name}` | {'yes' if hasattr(namespace, name) else 'missing'} |")
+            here = "yes" if hasattr(namespace, name) else MISSING.get(name, "missing")
+            lines.append(f"| `{path}` | `{name}` | {here} |")
     lines += [
         "",
         "## Op kinds in the registry",
