@@ -14,8 +14,9 @@ class dtype:
     """A popxl element type, convertible to and from NumPy.
 
     popxl's 64-bit, complex and float8 types exist for host data and for
-    popxl's API; tensors cannot have them (`on_device` is False), as XLA here
-    runs without 64-bit types and popxl's float8 formats have no XLA kind.
+    popxl's API; tensors cannot have them (`on_device` is False): XLA here runs
+    without 64-bit types, and popxl's float8 types (Graphcore's FP8, XLA's
+    F8E4M3FNUZ and F8E5M2FNUZ) are not implemented yet.
     """
 
     def __init__(

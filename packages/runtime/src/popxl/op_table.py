@@ -199,7 +199,7 @@ DEPARTURES: dict[str, str] = {
 
 # Why a public popxl op is missing.
 MISSING: dict[str, str] = {
-    name: "missing: popxl's float8 formats have no XLA kind here"
+    name: "missing: popxl's float8 types (Graphcore's FP8, XLA's F8E4M3FNUZ and F8E5M2FNUZ) are not implemented yet"
     for name in (
         "pow2scale_cast_to_fp8",
         "pow2scale_cast_from_fp8",

@@ -26,7 +26,7 @@ class TensorSpec(Mapping[str, Any]):
         if not self._dtype.on_device:
             raise TypeError(
                 f"Tensors of {self._dtype} are not supported here: XLA runs without 64-bit and complex types, "
-                "and popxl's float8 formats have no XLA kind; use a 32-bit or narrower type"
+                "and popxl's float8 types are not implemented yet; use a 32-bit or narrower type"
             )
         self._meta_shape = tuple(int(s) for s in meta_shape)
 
