@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from popxl.graph import Graph, trace
@@ -16,6 +18,9 @@ class SessionOptions:
 
     def __init__(self) -> None:
         self.numIOTiles = 0
+        # Graphviz checkpoints to write (see popxl.dot) and where.
+        self.dotChecks: set[str] = set()
+        self.logDir = ""
 
 
 class _PbIr:
@@ -39,6 +44,7 @@ class Ir:
         self._replication_factor = 1
         self._num_host_transfers = 1
         self._pb_ir = _PbIr()
+        self._dot_ordinal = itertools.count(1)
         self._session_created = False
         self._graphs: list[Graph] = []
         self.main_graph = Graph(self, "", "main_graph")
@@ -116,6 +122,25 @@ class Ir:
     def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
         """A grouping of this Ir's replicas."""
         return ReplicaGrouping(self, stride, group_size)
+
+    def dot_checkpoint(self, check: str, save_dir: str | os.PathLike[str] | None = None) -> None:
+        """Write this Ir as a Graphviz DOT file now if checkpoint `check` is active (see `popxl.dot`); with no
+        checks set at all, every checkpoint becomes active, as in popxl. `save_dir` sets where they are written."""
+        from popxl.dot import CHECKS_VARIABLE, write_checkpoint  # the picture needs the op registry, built later
+
+        opts = self.session_options
+        if save_dir is not None:
+            Path(save_dir).mkdir(parents=True, exist_ok=True)
+            opts.logDir = str(save_dir)
+        if CHECKS_VARIABLE not in os.environ and not opts.dotChecks:
+            opts.dotChecks = {"ALL"}
+        write_checkpoint(self, check, next(self._dot_ordinal))
+
+    def write_final_dot(self) -> None:
+        """Write the 'FINAL' checkpoint if it is active (a Session does, when it is created)."""
+        from popxl.dot import write_checkpoint
+
+        write_checkpoint(self, "FINAL", next(self._dot_ordinal))
 
     def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:
         """A grouping of this Ir's replicas where replica r is in group `assignment[r]`.

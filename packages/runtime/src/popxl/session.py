@@ -55,6 +55,7 @@ class Session:
         ]
         self.weights_to_host_on_exit = weights_to_host_on_exit and not self._read_only_maps
         ir._session_created = True
+        ir.write_final_dot()
         # Host values are replaced, never written in place, so they start as the variables' own data.
         self._host: dict[Variable, Array] = {v: v.host_data for v in self._program.variables}
         self._state: Any = None

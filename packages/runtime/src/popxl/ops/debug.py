@@ -33,7 +33,7 @@ def print_tensor(
     values are the same, the layout may differ.
     """
     attrs = {
-        "title": title if title is not None else t.name,
+        "title": title if title is not None else f"print_{t.name}",
         "print_self": print_self,
         "print_gradient": print_gradient,
         "summarise_threshold": summarise_threshold,
