@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -88,16 +90,57 @@ class VariableFactory:
         name = f"{prefix}.{self.name}" if prefix and self.name else (self.name or prefix)
         return popxl.graph_input(self.shape, self.dtype, name, self.by_ref, self.meta_shape)
 
-    def create_tensor(self, name: str | None = None, empty: bool = False) -> popxl.Variable:
-        """A new main-graph variable (data stacked per group when grouped)."""
-        data = self.next_data(empty)
+    def next_memmap(
+        self, memmap_dir: str | os.PathLike[str], name: str, empty: bool = False, read_only_if_exists: bool = False
+    ) -> np.memmap:
+        """The next variable's data in file `<memmap_dir>/<name>.npy`: created from the next draw (left zero
+        with `empty`) if it does not exist, else reused as it is, read-only with `read_only_if_exists`."""
+        folder = Path(memmap_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.npy"
+        shape = self.meta_shape or self.shape
+        if self.replica_grouping.num_groups != 1:
+            shape = (self.replica_grouping.num_groups, *shape)
+        if not path.exists():
+            data = np.memmap(str(path), dtype=self.dtype.as_numpy(), shape=shape, mode="w+")
+            if not empty:
+                np.copyto(data, self.next_data())
+            return data
+        if read_only_if_exists:
+            return np.memmap(str(path), dtype=self.dtype.as_numpy(), shape=shape, mode="r")
+        return np.memmap(str(path), dtype=self.dtype.as_numpy(), shape=shape, mode="r+")
+
+    def _host_data(
+        self, name: str | None, empty: bool, memmap_dir: str | os.PathLike[str] | None, read_only_if_exists: bool
+    ) -> np.ndarray[Any, Any]:
+        if memmap_dir:
+            return self.next_memmap(memmap_dir, name or self.name or "t", empty, read_only_if_exists)
+        return self.next_data(empty)
+
+    def create_tensor(
+        self,
+        name: str | None = None,
+        empty: bool = False,
+        memmap_dir: str | os.PathLike[str] | None = None,
+        read_only_if_exists: bool = False,
+    ) -> popxl.Variable:
+        """A new main-graph variable (data stacked per group when grouped), its data in a file of
+        `memmap_dir` if given (see `next_memmap`)."""
+        data = self._host_data(name, empty, memmap_dir, read_only_if_exists)
         return popxl.variable(data, self.dtype, name or self.name, replica_grouping=self.replica_grouping)
 
     def create_remote_tensor(
-        self, buffer: popxl.RemoteBuffer, entry: int, name: str | None = None, empty: bool = False
+        self,
+        buffer: popxl.RemoteBuffer,
+        entry: int,
+        name: str | None = None,
+        empty: bool = False,
+        memmap_dir: str | os.PathLike[str] | None = None,
+        read_only_if_exists: bool = False,
     ) -> popxl.RemoteVariable:
-        """A new variable kept in entry `entry` of `buffer` (replica-sharded when the buffer holds shards)."""
-        data = self.next_data(empty)
+        """A new variable kept in entry `entry` of `buffer` (replica-sharded when the buffer holds shards), its
+        data in a file of `memmap_dir` if given."""
+        data = self._host_data(name, empty, memmap_dir, read_only_if_exists)
         create = popxl.remote_replica_sharded_variable if buffer.meta_shape else popxl.remote_variable
         return create(data, buffer, entry, self.dtype, name or self.name, replica_grouping=self.replica_grouping)
 
@@ -105,15 +148,29 @@ class VariableFactory:
 class NamedVariableFactories(DotTree[VariableFactory]):
     """Variable factories under dotted names."""
 
-    def init(self, prefix: str | None = None, empty: bool = False) -> NamedTensors:
-        """Create every variable (in key order, so that seeded random data is reproducible), named by its key."""
+    def init(
+        self,
+        prefix: str | None = None,
+        empty: bool = False,
+        memmap_dir: str | os.PathLike[str] | None = None,
+        read_only_if_exists: bool = False,
+    ) -> NamedTensors:
+        """Create every variable (in key order, so that seeded random data is reproducible), named by its key;
+        with `memmap_dir`, each keeps its data in a file there named after it."""
         tensors = {}
         for key, factory in sorted(self.to_dict().items()):
-            tensors[key] = factory.create_tensor(f"{prefix}.{key}" if prefix else key, empty)
+            name = f"{prefix}.{key}" if prefix else key
+            tensors[key] = factory.create_tensor(name, empty, memmap_dir, read_only_if_exists)
         return NamedTensors.from_dict(tensors)
 
     def init_remote(
-        self, buffers: DotTree[popxl.RemoteBuffer], entry: int = 0, prefix: str | None = None, empty: bool = False
+        self,
+        buffers: DotTree[popxl.RemoteBuffer],
+        entry: int = 0,
+        prefix: str | None = None,
+        empty: bool = False,
+        memmap_dir: str | os.PathLike[str] | None = None,
+        read_only_if_exists: bool = False,
     ) -> NamedTensors:
         """Create every variable (in key order) as a remote variable in entry `entry` of the buffer of its name."""
         held = buffers.to_dict()
@@ -123,7 +180,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         tensors = {}
         for key, factory in sorted(self.to_dict().items()):
             name = f"{prefix}.{key}" if prefix else key
-            tensors[key] = factory.create_remote_tensor(held[key], entry, name, empty)
+            tensors[key] = factory.create_remote_tensor(held[key], entry, name, empty, memmap_dir, read_only_if_exists)
         return NamedTensors.from_dict(tensors)
 
     @property
