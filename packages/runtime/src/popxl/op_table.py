@@ -210,6 +210,23 @@ MISSING: dict[str, str] = {
 }
 
 
+# In-place op kinds whose updated inputs depend on their attrs.
+IN_PLACE_BY_ATTRS: dict[str, str] = {
+    "call": "the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
+    "repeat": "the called graph's by-reference inputs",
+    "adam_updater": "its step counter, when given",
+}
+
+
+def _in_place(opdef: OpDef) -> str:
+    if opdef.view_update is not None:
+        return "a view: shares its inputs' storage"
+    if opdef.name in IN_PLACE_BY_ATTRS:
+        return "updates " + IN_PLACE_BY_ATTRS[opdef.name]
+    updated = opdef.modifies({})
+    return ", ".join(f"updates input {i}" for i in sorted(updated))
+
+
 def _namespace(path: str) -> object:
     module: object = popxl
     for part in path.split("."):
@@ -248,12 +265,15 @@ def markdown() -> str:
         "## Op kinds in the registry",
         "",
         "Gradient: whether autodiff can differentiate it (through its own rule or JAX's VJP of its lowering).",
+        "In place: the inputs it updates in place (its output, if it has one, aliases the updated value) or",
+        "whether it is a view, from its registry declaration.",
         "",
-        "| op kind | gradient | departure from popxl |",
-        "| --- | --- | --- |",
+        "| op kind | gradient | in place | departure from popxl |",
+        "| --- | --- | --- | --- |",
     ]
     for name in runtime_op_kinds():
-        lines.append(f"| `{name}` | {_gradient(REGISTRY[name])} | {DEPARTURES.get(name, '')} |")
+        opdef = REGISTRY[name]
+        lines.append(f"| `{name}` | {_gradient(opdef)} | {_in_place(opdef)} | {DEPARTURES.get(name, '')} |")
     return "\n".join(lines) + "\n"
 
 
