@@ -236,6 +236,14 @@ def roi_align_ref(t: jax.Array) -> list[jax.Array]:
     return [jnp.stack(regions)]
 
 
+E4M3 = jnp.float8_e4m3fnuz
+
+
+def fp8(*shape: int) -> Array:
+    """Random values of Graphcore's 1-4-3 float8 format (XLA's F8E4M3FNUZ)."""
+    return f32(*shape).astype(E4M3)
+
+
 def vjp(ir: popxl.Ir) -> OpExample:
     """The VJP of `mul` with respect to its first operand."""
     spec = popxl.TensorSpec((3,), popxl.float32)
@@ -638,6 +646,51 @@ EXAMPLES: dict[str, Factory] = {
         reference=lambda t, r, b: roi_align_ref(t),
         rtol=1e-5,
         atol=1e-6,
+    ),
+    "pow2scale_cast_to_fp8": lambda ir: OpExample(
+        [f32(3, 4) * 4, np.int32(-2)],
+        {"data_type": popxl.float8_143},
+        reference=lambda x, s: [(x * 2.0**-2).astype(E4M3)],
+    ),
+    "pow2scale_cast_from_fp8": lambda ir: OpExample(
+        [fp8(3, 4), np.int32(3)],
+        {"data_type": popxl.float16},
+        reference=lambda x, s: [(x.astype(jnp.float32) * 8).astype(jnp.float16)],
+    ),
+    "matmul_pow2scaled": lambda ir: OpExample(
+        [fp8(2, 3, 4), fp8(4, 5), np.int32(-1)],
+        reference=lambda a, b, s: [
+            (jnp.einsum("bij,jk->bik", a.astype(jnp.float32), b.astype(jnp.float32)) / 2).astype(jnp.float16)
+        ],
+        rtol=1e-3,
+    ),
+    "conv_pow2scaled": lambda ir: OpExample(
+        [fp8(2, 4, 7, 6), fp8(6, 2, 3, 2), np.int32(1)],
+        CONV_ATTRS,
+        reference=lambda x, w, s: [
+            (2 * conv_ref(x.astype(jnp.float32), w.astype(jnp.float32), (2, 1), (1, 0, 2, 1), (1, 2), 2)).astype(
+                jnp.float16
+            )
+        ],
+        rtol=1e-3,
+        atol=1e-3,
+    ),
+    "conv_transpose_pow2scaled": lambda ir: OpExample(
+        [fp8(2, 4, 4, 3), fp8(4, 3, 3, 2), np.int32(0)],
+        {**CONV_ATTRS, "output_padding": (1, 0), "output_shape": ()},
+        reference=lambda x, w, s: [
+            conv_transpose_ref(
+                x.astype(jnp.float32),
+                w.astype(jnp.float32),
+                (7, 4),
+                stride=(2, 1),
+                pads=(1, 0, 2, 1),
+                dilation=(1, 2),
+                groups=2,
+            ).astype(jnp.float16)
+        ],
+        rtol=1e-3,
+        atol=1e-3,
     ),
     "shaped_dropout": lambda ir: OpExample(
         [f32(3, 4), seed()],

@@ -5,7 +5,7 @@ buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
 """
 
 import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
-from popxl import dtypes, ops, transforms
+from popxl import dtypes, fp8_utils, ops, transforms, utils
 from popxl.context import (
     gcg,
     get_current_graph,
@@ -64,6 +64,8 @@ from popxl.tensorlocation import ExecutionContext, ReplicatedTensorSharding, Ten
 bool = bool_
 
 __all__ = [
+    "fp8_utils",
+    "utils",
     "TileSet",
     "TensorStorage",
     "TensorLocation",

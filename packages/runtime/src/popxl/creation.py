@@ -9,23 +9,41 @@ from typing import Any
 import numpy as np
 
 from popxl import context, dtypes
+from popxl.fp8_utils import FLOAT8, host_pow2scale_cast_to_fp8
 from popxl.remote_buffer import RemoteBuffer, replica_sharded_buffer
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Variable
 from popxl.utils import to_numpy
 
 
-def _as_array(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
+def _as_array(
+    data: Any, dtype: Any | None, log2_scale: int | None = None, nan_on_overflow: bool | None = None
+) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
+    """A C-ordered copy of `data` in its host representation: float8 data as popxl's bytes, converted from
+    numbers by `cast(data * 2**log2_scale)` when it is not already float8."""
+    is_float8 = isinstance(data, np.ndarray) and data.dtype in dtypes.FLOAT8_HOST
+    dt = dtypes.as_dtype(dtype) if dtype is not None else (dtypes.FLOAT8_HOST[data.dtype] if is_float8 else None)
+    if dt in FLOAT8:
+        if is_float8:
+            if dtypes.FLOAT8_HOST[data.dtype] is not dt:
+                raise ValueError(f"Data of {dtypes.FLOAT8_HOST[data.dtype]} given for a tensor of {dt}")
+            return np.array(data, order="C"), dt
+        overflow = True if nan_on_overflow is None else nan_on_overflow
+        return host_pow2scale_cast_to_fp8(data, dt, log2_scale or 0, overflow), dt
+    if log2_scale is not None or nan_on_overflow is not None:
+        raise RuntimeError("log2_scale and nan_on_overflow apply to popxl.float8_143 and popxl.float8_152 only")
     arr = to_numpy(data, copy=False)
-    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.as_dtype(arr)
+    dt = dt if dt is not None else dtypes.as_dtype(arr)
     return np.array(arr, dtype=dt.as_numpy(), order="C"), dt
 
 
-def _variable_data(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
+def _variable_data(
+    data: Any, dtype: Any | None, log2_scale: int | None = None, nan_on_overflow: bool | None = None
+) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
     """Host data for a variable: an `np.memmap` is kept as it is, so that the variable's host value lives in
     the file (checked as popxl checks it); anything else is copied."""
     if not isinstance(data, np.memmap):
-        return _as_array(data, dtype)
+        return _as_array(data, dtype, log2_scale, nan_on_overflow)
     if dtype is not None and dtypes.as_dtype(dtype).as_numpy() != data.dtype:
         raise ValueError(
             "When passing a memory-mapped NumPy array, the `dtype` parameter must be None or the same as "
@@ -41,19 +59,33 @@ def _variable_data(data: Any, dtype: Any | None) -> tuple[np.ndarray[Any, Any], 
     return data, dtypes.as_dtype(data.dtype)
 
 
-def constant(data: Any, dtype: Any | None = None, name: str | None = None) -> Constant:
-    """An immutable tensor of the current graph holding `data` (64-bit data is narrowed)."""
-    arr, dt = _as_array(data, dtype)
-    return Constant(context.gcg(), context.name_scope_prefix() + (name or "t"), arr, dt)
+def constant(
+    data: Any,
+    dtype: Any | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Constant:
+    """An immutable tensor of the current graph holding `data` (64-bit data is narrowed; float8 data is
+    converted from numbers scaled by `2**log2_scale`)."""
+    arr, dt = _as_array(data, dtype, log2_scale, nan_on_overflow)
+    return Constant(context.gcg(), context.name_scope_prefix() + (name or "t"), dtypes.device_view(arr), dt)
 
 
 def _variable_args(
-    data: Any, dtype: Any | None, replica_grouping: ReplicaGrouping | None, retrieval_mode: str | None, name: str | None
+    data: Any,
+    dtype: Any | None,
+    replica_grouping: ReplicaGrouping | None,
+    retrieval_mode: str | None,
+    name: str | None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> tuple[np.ndarray[Any, Any], dtypes.dtype, ReplicaGrouping, str]:
     g = context.gcg()
     if g is not g.ir.main_graph:
         raise ValueError(f"Variables can only be created in the main graph, not in {g.id!r}")
-    arr, dt = _variable_data(data, dtype)
+    arr, dt = _variable_data(data, dtype, log2_scale, nan_on_overflow)
     grouping = replica_grouping if replica_grouping is not None else g.ir.replica_grouping()
     if isinstance(arr, np.memmap) and not grouping.is_const:
         warnings.warn(
@@ -80,13 +112,18 @@ def variable(
     downcast: bool = True,
     replica_grouping: ReplicaGrouping | None = None,
     retrieval_mode: str | None = None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> Variable:
     """A persistent main-graph tensor initialised from host `data`.
 
     With a replica grouping of more than one group, `data` has a leading axis of
-    `num_groups` and replica r starts from `data[group_of(r)]`.
+    `num_groups` and replica r starts from `data[group_of(r)]`. Float8 variables take popxl's float8 bytes,
+    or numbers converted by `cast(data * 2**log2_scale)`.
     """
-    arr, dt, grouping, mode = _variable_args(data, dtype, replica_grouping, retrieval_mode, name)
+    arr, dt, grouping, mode = _variable_args(
+        data, dtype, replica_grouping, retrieval_mode, name, log2_scale, nan_on_overflow
+    )
     return Variable(context.gcg(), context.name_scope_prefix() + (name or "t"), arr, dt, grouping, mode)
 
 
@@ -99,8 +136,12 @@ def _remote(
     replica_grouping: ReplicaGrouping | None,
     retrieval_mode: str | None,
     sharded: bool,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> RemoteVariable:
-    arr, dt, grouping, mode = _variable_args(data, dtype, replica_grouping, retrieval_mode, name)
+    arr, dt, grouping, mode = _variable_args(
+        data, dtype, replica_grouping, retrieval_mode, name, log2_scale, nan_on_overflow
+    )
     group_shape = tuple(arr.shape[1:] if grouping.num_groups > 1 else arr.shape)
     shard_over = None
     if sharded:
@@ -115,14 +156,14 @@ def _remote(
                 f"Replica-sharded variable {name or 't'!r}: its buffer shards over {shard_over} replicas, "
                 f"which does not divide the group size {grouping.group_size} of {grouping}"
             )
+        shard_shape = (-(-math.prod(group_shape) // shard_over),)
         if not remote_buffer.meta_shape:
-            # As in popxl, a plain buffer of the shard's shape takes the variable's shape as its meta shape.
+            # As in popxl, a plain buffer takes the variable's shape as its meta shape, and one of the whole
+            # variable's shape comes to hold its shards.
             remote_buffer.meta_shape = group_shape
-        expected: tuple[tuple[int, ...], dtypes.dtype, tuple[int, ...]] = (
-            (-(-math.prod(group_shape) // shard_over),),
-            dt,
-            group_shape,
-        )
+            if remote_buffer.tensor_shape == group_shape:
+                remote_buffer.tensor_shape = shard_shape
+        expected: tuple[tuple[int, ...], dtypes.dtype, tuple[int, ...]] = (shard_shape, dt, group_shape)
         found = (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, remote_buffer.meta_shape)
     else:
         # As in popxl, a buffer of another shape with as many elements holds the variable's elements in order.
@@ -149,9 +190,13 @@ def remote_variable(
     downcast: bool = True,
     replica_grouping: ReplicaGrouping | None = None,
     retrieval_mode: str | None = None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> RemoteVariable:
     """A variable stored in entry `offset` of `remote_buffer` (load it with `ops.remote_load`)."""
-    return _remote(data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, sharded=False)
+    return _remote(
+        data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, False, log2_scale, nan_on_overflow
+    )
 
 
 def remote_replica_sharded_variable(
@@ -163,9 +208,13 @@ def remote_replica_sharded_variable(
     downcast: bool = True,
     replica_grouping: ReplicaGrouping | None = None,
     retrieval_mode: str | None = None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> RemoteVariable:
     """A variable whose shards over each replica group are stored in entry `offset` of a sharded buffer."""
-    return _remote(data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, sharded=True)
+    return _remote(
+        data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, True, log2_scale, nan_on_overflow
+    )
 
 
 def replica_sharded_variable(
@@ -176,6 +225,8 @@ def replica_sharded_variable(
     replica_grouping: ReplicaGrouping | None = None,
     shard_over: int | None = None,
     retrieval_mode: str | None = None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> tuple[RemoteVariable, LoadedVariable]:
     """A replica-sharded variable and its on-device shard.
 
@@ -184,7 +235,7 @@ def replica_sharded_variable(
     shard, is what the program uses. Weights going to the device load the
     shard from the buffer; weights going to the host store it back.
     """
-    arr, dt = _variable_data(data, dtype)
+    arr, dt = _variable_data(data, dtype, log2_scale, nan_on_overflow)
     buffer = replica_sharded_buffer(arr.shape, dt, replica_grouping, shard_over)
     whole = remote_replica_sharded_variable(arr, buffer, 0, dt, name, downcast, replica_grouping, retrieval_mode)
     return whole, loaded_variable(whole, whole.name + "_rts")

@@ -13,10 +13,12 @@ import numpy as np
 class dtype:
     """A popxl element type, convertible to and from NumPy.
 
-    popxl's 64-bit, complex and float8 types exist for host data and for
-    popxl's API; tensors cannot have them (`on_device` is False): XLA here runs
-    without 64-bit types, and popxl's float8 types (Graphcore's FP8, XLA's
-    F8E4M3FNUZ and F8E5M2FNUZ) are not implemented yet.
+    popxl's 64-bit and complex types exist for host data and for popxl's API;
+    tensors cannot have them (`on_device` is False): XLA here runs without
+    64-bit types. popxl's float8 types are Graphcore's FP8 formats, which XLA
+    has as F8E4M3FNUZ and F8E5M2FNUZ: `as_numpy()` gives those (ml_dtypes)
+    types, while host data, as in popxl, holds their bytes in the one-field
+    structured types `np_dtype_float8_143` and `np_dtype_float8_152`.
     """
 
     def __init__(
@@ -101,12 +103,16 @@ uint64 = dtype("uint64", np.uint64, False, True, on_device=False)
 float64 = dtype("float64", np.float64, True, False, on_device=False)
 complex64 = dtype("complex64", np.complex64, False, False, on_device=False)
 complex128 = dtype("complex128", np.complex128, False, False, on_device=False)
+# Graphcore's FP8: 1 sign, 4 exponent (bias 8), 3 mantissa bits, or 1-5-2 (bias 16); no infinities, one NaN.
+float8_143 = dtype("float8_143", ml_dtypes.float8_e4m3fnuz, True, False)
+float8_152 = dtype("float8_152", ml_dtypes.float8_e5m2fnuz, True, False)
 # popxl holds float8 host data as one-byte structured types of these names.
-float8_143 = dtype("float8_143", [("float8_143", "u1")], True, False, on_device=False)
-float8_152 = dtype("float8_152", [("float8_152", "u1")], True, False, on_device=False)
+np_dtype_float8_143 = np.dtype([("float8_143", "u1")])
+np_dtype_float8_152 = np.dtype([("float8_152", "u1")])
+FLOAT8_HOST = {np_dtype_float8_143: float8_143, np_dtype_float8_152: float8_152}
 
-_ALL = (bool_, int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32)
-_HOST_ONLY = (int64, uint64, float64, complex64, complex128, float8_143, float8_152)
+_ALL = (bool_, int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32, float8_143, float8_152)
+_HOST_ONLY = (int64, uint64, float64, complex64, complex128)
 _HOST_ONLY_BY_NUMPY = {d.as_numpy(): d for d in _HOST_ONLY}
 _BY_NAME: dict[str, dtype] = {
     **{d.name: d for d in (*_ALL, *_HOST_ONLY)},
@@ -119,7 +125,7 @@ bool = bool_
 half = float16
 float = float32
 double = float64
-_BY_NUMPY: dict[np.dtype[Any], dtype] = {d.as_numpy(): d for d in _ALL}
+_BY_NUMPY: dict[np.dtype[Any], dtype] = {**{d.as_numpy(): d for d in _ALL}, **FLOAT8_HOST}
 # 64-bit host data is narrowed, as popxl does for constants and session inputs.
 _DOWNCAST: dict[np.dtype[Any], dtype] = {
     np.dtype(np.int64): int32,
@@ -171,3 +177,26 @@ def as_dtype(x: Any) -> dtype:
         # XLA here runs without 64-bit types, so 64-bit data always narrows.
         return _DOWNCAST[npd]
     raise TypeError(f"NumPy dtype {npd} has no popxl equivalent")
+
+
+def device_view(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Host data as a device holds it: float8 bytes in popxl's structured types become XLA's float8 types."""
+    if data.dtype in FLOAT8_HOST:
+        return data.view(np.uint8).view(FLOAT8_HOST[data.dtype].as_numpy())
+    return data
+
+
+def host_view(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Device data as popxl's host holds it: XLA's float8 types as bytes in popxl's structured types."""
+    for host, popxl_type in FLOAT8_HOST.items():
+        if data.dtype == popxl_type.as_numpy():
+            return data.view(np.uint8).view(host)
+    return data
+
+
+def host_numpy(dt: dtype) -> np.dtype[Any]:
+    """The NumPy type of host data for tensors of `dt` (popxl's structured bytes for float8)."""
+    for host, popxl_type in FLOAT8_HOST.items():
+        if popxl_type is dt:
+            return host
+    return dt.as_numpy()

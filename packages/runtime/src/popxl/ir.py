@@ -21,6 +21,8 @@ class SessionOptions:
         # Graphviz checkpoints to write (see popxl.dot) and where.
         self.dotChecks: set[str] = set()
         self.logDir = ""
+        # Whether a float8 op's log2 scale outside [-32, 32) fails the run.
+        self.throwIfLog2ScaleTensorNotInRange = True
 
 
 class _PbIr:

@@ -197,19 +197,6 @@ DEPARTURES: dict[str, str] = {
 }
 
 
-# Why a public popxl op is missing.
-MISSING: dict[str, str] = {
-    name: "missing: popxl's float8 types (Graphcore's FP8, XLA's F8E4M3FNUZ and F8E5M2FNUZ) are not implemented yet"
-    for name in (
-        "pow2scale_cast_to_fp8",
-        "pow2scale_cast_from_fp8",
-        "conv_pow2scaled",
-        "conv_transpose_pow2scaled",
-        "matmul_pow2scaled",
-    )
-}
-
-
 # In-place op kinds whose updated inputs depend on their attrs.
 IN_PLACE_BY_ATTRS: dict[str, str] = {
     "call": "the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
@@ -258,8 +245,7 @@ def markdown() -> str:
     for path, names in POPXL_OPS.items():
         namespace = _namespace(path)
         for name in sorted(names, key=str.lower):
-            here = "yes" if hasattr(namespace, name) else MISSING.get(name, "missing")
-            lines.append(f"| `{path}` | `{name}` | {here} |")
+            lines.append(f"| `{path}` | `{name}` | {'yes' if hasattr(namespace, name) else 'missing'} |")
     lines += [
         "",
         "## Op kinds in the registry",

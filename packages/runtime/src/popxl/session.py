@@ -83,7 +83,7 @@ class Session:
 
     def __enter__(self) -> Session:
         if self._attached == 0:
-            self._state = self._program.init_state(self._host)
+            self._state = self._program.init_state(_on_device(self._host))
             self._host_stale = False
         self._attached += 1
         return self
@@ -102,7 +102,7 @@ class Session:
     def weights_from_host(self) -> None:
         """Copy every variable's host value to every replica."""
         self._require_attached("weights_from_host")
-        self._state = self._program.with_variables(self._state, self._host)
+        self._state = self._program.with_variables(self._state, _on_device(self._host))
         self._host_stale = False
 
     def weights_to_host(self) -> None:
@@ -113,7 +113,8 @@ class Session:
                 f"(variables {self._read_only_maps})."
             )
         self._require_attached("weights_to_host")
-        self._set_host(self._program.read_variables(self._state, self._program.variables))
+        values = self._program.read_variables(self._state, self._program.variables)
+        self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
         self._host_stale = False
 
     def _set_host(self, values: Mapping[Variable, Array]) -> None:
@@ -133,11 +134,12 @@ class Session:
         new_state, outputs = self._program.run(self._state, feeds)
         self._state = new_state
         self._host_stale = True
-        return {s: self.host_layout.from_replica_major(outputs[s.tensor_id]) for s in self._program.d2h}
+        layout = self.host_layout
+        return {s: dtypes.host_view(layout.from_replica_major(outputs[s.tensor_id])) for s in self._program.d2h}
 
     def create_host_outputs(self) -> dict[DeviceToHostStream, Array]:
         """Zeroed host arrays for every device-to-host stream, in the layout `run` returns."""
-        return {s: np.zeros(self.host_layout.shape(s.shape), s.dtype.as_numpy()) for s in self._program.d2h}
+        return {s: np.zeros(self.host_layout.shape(s.shape), dtypes.host_numpy(s.dtype)) for s in self._program.d2h}
 
     def run_with_outputs(
         self, inputs: Mapping[HostToDeviceStream, Any] | None, outputs: Mapping[DeviceToHostStream, Array]
@@ -145,10 +147,9 @@ class Session:
         """Execute the main graph once, writing the results into the given host arrays."""
         for stream, array in outputs.items():
             want = self.host_layout.shape(stream.shape)
-            if not isinstance(array, np.ndarray) or array.shape != want or array.dtype != stream.dtype.as_numpy():
-                raise ValueError(
-                    f"Output array for stream '{stream.tensor_id}' must be {stream.dtype.as_numpy()} of shape {want}"
-                )
+            host = dtypes.host_numpy(stream.dtype)
+            if not isinstance(array, np.ndarray) or array.shape != want or array.dtype != host:
+                raise ValueError(f"Output array for stream '{stream.tensor_id}' must be {host} of shape {want}")
         missing = [s.tensor_id for s in self._program.d2h if s not in outputs]
         if missing:
             raise ValueError(f"run_with_outputs needs arrays for streams {missing}")
@@ -182,7 +183,7 @@ class Session:
         layout = self.host_layout
         arr = to_numpy(data, downcast=False, copy=False)
         want = layout.shape(stream.shape)
-        if arr.dtype != stream.dtype.as_numpy():
+        if arr.dtype != dtypes.host_numpy(stream.dtype):
             if arr.dtype.kind not in "biuf" or dtypes.as_dtype(arr.dtype) is not stream.dtype:
                 raise ValueError(
                     f"Input for stream '{stream.tensor_id}' has dtype {arr.dtype}, expected "
@@ -195,7 +196,7 @@ class Session:
                 f"(num_host_transfers={layout.num_host_transfers}, local replicas={layout.local_replicas}, "
                 f"stream shape {stream.shape})"
             )
-        return layout.to_replica_major(layout.conform(stream.shape, arr))
+        return dtypes.device_view(layout.to_replica_major(layout.conform(stream.shape, arr)))
 
     def traced(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> Any:
         """The program's step as JAX traces it for these inputs (`jax.stages.Traced`: `.jaxpr`, `.lower()`)."""
@@ -230,9 +231,10 @@ class Session:
                 raise NotImplementedError(
                     f'Copying to tensor {var.id} with "all_replicas" retrieval mode is not yet supported.'
                 )
-            arr = np.asarray(data, dtype=var.dtype.as_numpy()) if np.isscalar(data) else np.asarray(data)
-            if arr.dtype != var.dtype.as_numpy():
-                raise TypeError(f"Data for {var.id} has dtype {arr.dtype}, expected {var.dtype.as_numpy()}")
+            host = dtypes.host_numpy(var.dtype)
+            arr = np.asarray(data, dtype=host) if np.isscalar(data) else np.asarray(data)
+            if arr.dtype != host:
+                raise TypeError(f"Data for {var.id} has dtype {arr.dtype}, expected {host}")
             if arr.shape != var.shape_on_host:
                 raise ValueError(f"Data for {var.id} has shape {arr.shape}, expected {var.shape_on_host}")
             if not any(var is v for v in self._program.variables):
@@ -242,12 +244,12 @@ class Session:
             self.weights_to_host()
         self._set_host(checked)
         if self.is_attached:
-            self._state = self._program.with_variables(self._state, checked)
+            self._state = self._program.with_variables(self._state, _on_device(checked))
 
     def _every_replica(self, var: Variable) -> Array:
         """Each replica's value of `var`, in replica order (popxl's "all_replicas" retrieval)."""
         if self.is_attached:
-            return self._program.replica_rows(self._state, var)
+            return dtypes.host_view(self._program.replica_rows(self._state, var))
         return self._program.replica_values(var, self._host[var])
 
     def get_tensor_data(self, tensor: Tensor) -> Array:
@@ -259,7 +261,7 @@ class Session:
         out: dict[Tensor, Array] = {}
         for t in tensors:
             if isinstance(t, Constant):
-                out[t] = t.data.copy()
+                out[t] = dtypes.host_view(t.data.copy())
             elif isinstance(t, LoadedVariable):
                 raise TypeError(f"{t} is the on-device value of {t.whole}: read {t.whole.name!r} instead")
             elif isinstance(t, Variable):
@@ -273,3 +275,8 @@ class Session:
             else:
                 raise TypeError(f"Tensor {getattr(t, 'id', t)} is not of type Constant or Variable")
         return out
+
+
+def _on_device(host: Mapping[Variable, Array]) -> dict[Variable, Array]:
+    """Host values as the program takes them (float8 bytes as XLA's float8 types)."""
+    return {v: dtypes.device_view(np.asarray(a)) for v, a in host.items()}

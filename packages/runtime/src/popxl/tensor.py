@@ -25,8 +25,8 @@ class TensorSpec(Mapping[str, Any]):
         self._dtype = dtypes.as_dtype(dtype)
         if not self._dtype.on_device:
             raise TypeError(
-                f"Tensors of {self._dtype} are not supported here: XLA runs without 64-bit and complex types, "
-                "and popxl's float8 types are not implemented yet; use a 32-bit or narrower type"
+                f"Tensors of {self._dtype} are not supported here: XLA runs without 64-bit and complex types; "
+                "use a 32-bit or narrower type"
             )
         self._meta_shape = tuple(int(s) for s in meta_shape)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +43,8 @@ class CheckSites:
 class LoweringContext:
     """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks.
 
-    `remote_memory` says where remote buffers' storage lives: "host" or "device".
+    `remote_memory` says where remote buffers' storage lives: "host" or "device";
+    `options` are the Ir's session options (popxl's names), for lowerings they tune.
     """
 
     def __init__(
@@ -52,12 +54,18 @@ class LoweringContext:
         mesh: ReplicaMesh,
         sites: CheckSites | None,
         remote_memory: str = "device",
+        options: Any = None,
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
         self.mesh = mesh
         self.sites = sites
         self.remote_memory = remote_memory
+        self.options = options
+
+    def option(self, name: str, default: Any) -> Any:
+        """Session option `name`, or `default` where it is not set."""
+        return getattr(self.options, name, default)
 
     def check(
         self, ok: jax.Array, what: str, index: jax.Array, bound: int, name_index: Callable[[int], str] | None = None

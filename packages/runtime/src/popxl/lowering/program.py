@@ -151,7 +151,7 @@ class Program:
         values.update({s: HostOutput(jnp.zeros((nht, *s.shape), s.dtype.as_numpy()), jnp.int32(0)) for s in self.d2h})
         values[CHECK_RESULT] = CheckState(jnp.int32(0), jnp.int32(0))
         world = World(values)
-        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites, self.remote_memory)
+        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites, self.remote_memory, self.ir.session_options)
         bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.device_variables}
         finals = execute(ctx, self.ir.main_graph, bound, self.written_variables)
         written = {

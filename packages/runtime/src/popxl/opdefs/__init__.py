@@ -10,6 +10,7 @@ from popxl.opdefs import (  # noqa: F401
     conv,
     debug,
     elementwise,
+    float8,
     indexing,
     io,
     linalg,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from popxl.op import Attrs, OpDef, ViewUpdateFn, register
-from popxl.opdefs.common import axis_in, broadcast_shapes, same_dtype, vjp_grad
+from popxl.opdefs.common import axis_in, broadcast_shapes, vjp_grad
 from popxl.tensor import TensorSpec
 
 
@@ -97,7 +97,8 @@ SLICE = register(
 
 
 def _concat_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
-    same_dtype("concat", specs)
+    if len({s.dtype for s in specs}) != 1:
+        raise TypeError(f"All inputs to a concat operation must have the same type: {[s.dtype.name for s in specs]}")
     rank = len(specs[0].shape)
     axis = axis_in("concat", attrs["axis"], rank)
     for s in specs:

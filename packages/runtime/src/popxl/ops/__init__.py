@@ -13,6 +13,13 @@ from popxl.ops.call import (
 )
 from popxl.ops.conv import PadType, average_pool, conv, conv_transpose, max_pool
 from popxl.ops.debug import ipu_copy, print_tensor, rename
+from popxl.ops.float8 import (
+    conv_pow2scaled,
+    conv_transpose_pow2scaled,
+    matmul_pow2scaled,
+    pow2scale_cast_from_fp8,
+    pow2scale_cast_to_fp8,
+)
 from popxl.ops.indexing import (
     argmax,
     argmin,
@@ -125,6 +132,11 @@ from popxl.ops.unary import (
 from popxl.ops.var_updates import scaled_add_
 
 __all__ = [
+    "conv_pow2scaled",
+    "conv_transpose_pow2scaled",
+    "matmul_pow2scaled",
+    "pow2scale_cast_from_fp8",
+    "pow2scale_cast_to_fp8",
     "interpolate",
     "roi_align",
     "batch_norm_inference",

@@ -29,14 +29,25 @@ def conv(
     The defaults are popxl's, written for 2-D; for 1-D or 3-D inputs give values per spatial axis. The
     memory, partials and dithering options tune the IPU's convolution and change nothing here.
     """
-    attrs = {
+    return create_op(c.CONV, [t, weight], conv_attrs(t, stride, padding, dilation, groups, pad_type))[0]
+
+
+def conv_attrs(
+    t: Tensor,
+    stride: Sequence[int] | None,
+    padding: Sequence[int] | None,
+    dilation: Sequence[int] | None,
+    groups: int | None,
+    pad_type: PadType | None,
+) -> dict[str, Any]:
+    """A convolution's attrs from popxl's arguments."""
+    return {
         "stride": _spatial(stride, t, (1, 1)),
         "padding": _spatial(padding, t, (0, 0, 0, 0)),
         "dilation": _spatial(dilation, t, (1, 1)),
         "groups": groups or 1,
         "pad_type": pad_type or "not_set",
     }
-    return create_op(c.CONV, [t, weight], attrs)[0]
 
 
 def conv_transpose(
@@ -55,16 +66,26 @@ def conv_transpose(
 ) -> Tensor:
     """Transposed convolution of `t` (N, C, *spatial) with `weight` (C, M/groups, *kernel), as ONNX's
     ConvTranspose: an `output_shape` sets the pads, which are otherwise `padding`."""
-    attrs = {
-        "stride": _spatial(stride, t, (1, 1)),
-        "padding": _spatial(padding, t, (0, 0, 0, 0)),
-        "dilation": _spatial(dilation, t, (1, 1)),
-        "groups": groups or 1,
-        "pad_type": pad_type or "not_set",
+    attrs = conv_transpose_attrs(t, stride, padding, dilation, groups, pad_type, output_padding, output_shape)
+    return create_op(c.CONV_TRANSPOSE, [t, weight], attrs)[0]
+
+
+def conv_transpose_attrs(
+    t: Tensor,
+    stride: Sequence[int] | None,
+    padding: Sequence[int] | None,
+    dilation: Sequence[int] | None,
+    groups: int | None,
+    pad_type: PadType | None,
+    output_padding: Sequence[int] | None,
+    output_shape: Sequence[int] | None,
+) -> dict[str, Any]:
+    """A transposed convolution's attrs from popxl's arguments."""
+    return {
+        **conv_attrs(t, stride, padding, dilation, groups, pad_type),
         "output_padding": tuple(output_padding or ()),
         "output_shape": tuple(output_shape or ()),
     }
-    return create_op(c.CONV_TRANSPOSE, [t, weight], attrs)[0]
 
 
 def _spatial(value: Sequence[int] | None, t: Tensor, default: tuple[int, ...]) -> tuple[int, ...] | None:
