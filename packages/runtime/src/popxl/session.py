@@ -127,10 +127,16 @@ class Session:
             else:
                 self._host[var] = value
 
-    def run(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> dict[DeviceToHostStream, Array]:
-        """Execute the main graph once; returns one array per device-to-host stream."""
+    def run(
+        self, inputs: Mapping[HostToDeviceStream, Any] | None = None, downcast_inputs: bool = True
+    ) -> dict[DeviceToHostStream, Array]:
+        """Execute the main graph once; returns one array per device-to-host stream.
+
+        Inputs of another numeric type than their stream's are converted to it (64-bit data narrows, as in
+        popxl) unless `downcast_inputs` is False, which refuses them.
+        """
         self._require_attached("run")
-        feeds = self._validated_inputs(dict(inputs or {}))
+        feeds = self._validated_inputs(dict(inputs or {}), downcast_inputs)
         new_state, outputs = self._program.run(self._state, feeds)
         self._state = new_state
         self._host_stale = True
@@ -156,7 +162,7 @@ class Session:
         for stream, result in self.run(inputs).items():
             outputs[stream][...] = result
 
-    def _validated_inputs(self, inputs: dict[HostToDeviceStream, Any]) -> dict[str, Array]:
+    def _validated_inputs(self, inputs: dict[HostToDeviceStream, Any], downcast: bool = True) -> dict[str, Array]:
         expected = self._program.h2d
         unexpected = [s for s in inputs if not any(s is e for e in expected)]
         missing = [s for s in expected if s not in inputs]
@@ -166,7 +172,7 @@ class Session:
                 f"  unexpected: {[getattr(s, 'tensor_id', s) for s in unexpected]}\n"
                 f"  missing: {[s.tensor_id for s in missing]}"
             )
-        return {s.tensor_id: self._to_replica_major(s, inputs[s]) for s in expected}
+        return {s.tensor_id: self._to_replica_major(s, inputs[s], downcast) for s in expected}
 
     @property
     def local_replicas(self) -> int:
@@ -179,12 +185,12 @@ class Session:
         # num_host_transfers may still change after the Session is created, as in popxl.
         return HostLayout(self.ir.num_host_transfers, self.ir.replication_factor, self.local_replicas)
 
-    def _to_replica_major(self, stream: HostToDeviceStream, data: Any) -> Array:
+    def _to_replica_major(self, stream: HostToDeviceStream, data: Any, downcast: bool = True) -> Array:
         layout = self.host_layout
         arr = to_numpy(data, downcast=False, copy=False)
         want = layout.shape(stream.shape)
         if arr.dtype != dtypes.host_numpy(stream.dtype):
-            if arr.dtype.kind not in "biuf" or dtypes.as_dtype(arr.dtype) is not stream.dtype:
+            if not downcast or arr.dtype.kind not in "biuf" or dtypes.as_dtype(arr.dtype) is not stream.dtype:
                 raise ValueError(
                     f"Input for stream '{stream.tensor_id}' has dtype {arr.dtype}, expected "
                     f"{stream.dtype.as_numpy()} with shape {want}"

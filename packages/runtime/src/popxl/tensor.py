@@ -390,6 +390,11 @@ class Variable(Tensor):
         return self._group_shape
 
     @property
+    def _memmap_arr(self) -> np.memmap | None:
+        # popxl's own name for the map, which popxl-addons reads.
+        return self.host_data if isinstance(self.host_data, np.memmap) else None
+
+    @property
     def is_memmap(self) -> bool:
         """Whether the host value lives in an `np.memmap` given at creation, which the Session writes back to."""
         return isinstance(self.host_data, np.memmap)

@@ -55,6 +55,12 @@ from popxl_addons.core.rts import (
 )
 from popxl_addons.core.seed_variable import seed_variable
 from popxl_addons.core.streams import InputStreams, OutputStreams, host_load, host_store
+from popxl_addons.core.task_session import (
+    NamedTensorData,
+    TaskSession,
+    initialise_memmap_dir_from_checkpoint,
+    write_variables_pb,
+)
 from popxl_addons.core.variable_factory import (
     NamedVariableFactories,
     VariableFactory,
@@ -63,6 +69,10 @@ from popxl_addons.core.variable_factory import (
 )
 
 __all__ = [
+    "NamedTensorData",
+    "TaskSession",
+    "initialise_memmap_dir_from_checkpoint",
+    "write_variables_pb",
     "transforms",
     "GraphCache",
     "recompute_graph",
