@@ -114,3 +114,16 @@ def test_one_element_stream_takes_any_shape_of_one_element(replication: int, giv
     np.testing.assert_array_equal(out.ravel(), np.asarray(given).ravel() * 2)
     with popxl.Session(ir, "cpu") as s, pytest.raises(ValueError, match="Input for stream 'x' has shape"):
         s.run({h: np.zeros((replication, 2), np.float32)})
+
+
+def test_downcast_inputs_can_be_refused() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h = popxl.h2d_stream((2,), popxl.float32, "x")
+        d = popxl.d2h_stream((2,), popxl.float32, "y")
+        ops.host_store(d, ops.host_load(h))
+    wide = np.array([1.5, 2.5], np.float64)
+    with popxl.Session(ir, "cpu") as s:
+        np.testing.assert_array_equal(s.run({h: wide})[d], wide.astype(np.float32))
+        with pytest.raises(ValueError, match="has dtype float64, expected float32"):
+            s.run({h: wide}, downcast_inputs=False)
