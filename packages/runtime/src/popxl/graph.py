@@ -135,6 +135,27 @@ class Graph:
             out.producer = site
             site.outputs.append(out)
 
+    def add_input_from_callers(
+        self, name: str, spec: TensorSpec, parent_of: Callable[[Op], Tensor], by_ref: bool = False
+    ) -> Tensor:
+        """A new last input of this graph, fed at every op already running it by `parent_of(op)` (a tensor of
+        the op's graph); with `by_ref`, the graph's in-place updates of it reach those tensors.
+
+        Only ops whose inputs follow their graph's (calls, loops) take new inputs: others refuse.
+        """
+        for site in self._call_sites:
+            if not site.opdef.inputs_follow_graph:
+                raise ValueError(f"Cannot add an input to {self.id!r}: it is run by {site}, which takes no new inputs")
+        parents = [(site, parent_of(site)) for site in self._call_sites]
+        for site, parent in parents:
+            if parent.graph is not site.graph or (parent.shape, parent.dtype) != (spec.shape, spec.dtype):
+                raise ValueError(f"{parent} cannot feed a new input {spec} of {self.id!r} at {site}")
+        with self:
+            t = graph_input(spec.shape, spec.dtype, name, by_ref, spec.meta_shape)
+        for site, parent in parents:
+            site.inputs.append(parent)
+        return t
+
     def keep_outputs(self, count: int) -> None:
         """Drop every output after the first `count` (only while no op runs the graph)."""
         self._require_no_call_sites("drop outputs of")

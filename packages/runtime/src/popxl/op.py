@@ -89,6 +89,8 @@ class OpDef:
       replaced by `view`.
     - `outputs_follow_graph`: the op's outputs are its subgraph's outputs, so a
       graph output added later becomes an output of the op too.
+    - `inputs_follow_graph`: the op's inputs are its subgraph's inputs, in
+      order, so a graph input added later can be fed at the op too.
     - `check(op)` may refuse an op when a session is created.
     """
 
@@ -105,6 +107,7 @@ class OpDef:
     modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
     view_update: ViewUpdateFn | None = None
     outputs_follow_graph: bool = False
+    inputs_follow_graph: bool = False
     check: Callable[[Op], None] | None = None
     identity_replaceable: Callable[[Op], bool] | None = None
 

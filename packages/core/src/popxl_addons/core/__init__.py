@@ -45,6 +45,7 @@ from popxl_addons.core.remote import (
     store_remote,
     store_remote_graph,
 )
+from popxl_addons.core.route_tensor import is_subgraph, route_tensor_into_graph
 from popxl_addons.core.rts import (
     all_gather_replica_sharded_graph,
     gather_replica_sharded,
@@ -69,6 +70,8 @@ from popxl_addons.core.variable_factory import (
 )
 
 __all__ = [
+    "is_subgraph",
+    "route_tensor_into_graph",
     "NamedTensorData",
     "TaskSession",
     "initialise_memmap_dir_from_checkpoint",

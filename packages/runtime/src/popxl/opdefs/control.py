@@ -45,9 +45,14 @@ def _call_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     return [t.spec for t in attrs["graph"].outputs]
 
 
+def call_modified(attrs: Attrs) -> tuple[int, ...]:
+    """The inputs a call updates in its caller: its graph's by-reference inputs and the ones marked modified."""
+    return tuple(sorted({*attrs["modified"], *by_ref_indices(attrs["graph"])}))
+
+
 def _lower_call(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[jax.Array]:
     outs, finals = ctx.run_graph(attrs["graph"], list(vals))
-    return [*outs, *(finals[i] for i in sorted(attrs["modified"]))]
+    return [*outs, *(finals[i] for i in call_modified(attrs))]
 
 
 CALL = register(
@@ -58,8 +63,9 @@ CALL = register(
         reads=_reads,
         writes=_writes,
         subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1),),
-        modifies=lambda attrs: dict.fromkeys(attrs["modified"]),
+        modifies=lambda attrs: dict.fromkeys(call_modified(attrs)),
         outputs_follow_graph=True,
+        inputs_follow_graph=True,
     )
 )
 
@@ -131,6 +137,7 @@ REPEAT = register(
         writes=_writes,
         subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"]),),
         modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
+        inputs_follow_graph=True,
     )
 )
 
