@@ -159,16 +159,17 @@ def check_values(opdef: OpDef, factory: ExampleFactory) -> None:
     got = _mapped(lower, op, example.replicas)(*(jnp.asarray(v) for v in example.inputs))
     want = example.reference(*(jnp.asarray(v) for v in example.inputs))
     assert len(got) == len(want), f"{opdef.name}: {len(got)} outputs, the reference gives {len(want)}"
-    for k, (g, w) in enumerate(zip(got, want)):
-        np.testing.assert_allclose(
-            np.asarray(g, np.float64),
-            np.asarray(w, np.float64),
-            rtol=example.rtol,
-            atol=example.atol,
-            err_msg=f"{opdef.name} output {k}",
-        )
+    _assert_close(got, want, example, [f"{opdef.name} output {k}" for k in range(len(want))])
     if opdef.view_update is not None:
         _check_view_update(opdef, op.attrs, [jnp.asarray(v) for v in example.inputs], got[0])
+
+
+def _assert_close(got: Sequence[Any], want: Sequence[Any], example: OpExample, labels: Sequence[str]) -> None:
+    """Each of `got` equals its `want` within the example's tolerances, compared in float64."""
+    for g, w, label in zip(got, want, labels):
+        np.testing.assert_allclose(
+            np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=example.rtol, atol=example.atol, err_msg=label
+        )
 
 
 def _check_view_update(opdef: OpDef, attrs: Mapping[str, Any], inputs: list[jax.Array], view: jax.Array) -> None:
@@ -230,14 +231,7 @@ def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None
 
     got = _mapped(gradients, op, example.replicas)(inputs, [jnp.asarray(c) for c in cotangents])
     assert len(got) == len(want), f"{opdef.name}: {len(got)} gradients for {len(want)} inputs"
-    for k, (g, w) in enumerate(zip(got, want)):
-        np.testing.assert_allclose(
-            np.asarray(g, np.float64),
-            np.asarray(w, np.float64),
-            rtol=example.rtol,
-            atol=example.atol,
-            err_msg=f"{opdef.name}: gradient of input {floats[k]}",
-        )
+    _assert_close(got, want, example, [f"{opdef.name}: gradient of input {floats[k]}" for k in range(len(want))])
 
 
 def check_op(opdef: OpDef, factory: ExampleFactory) -> None:

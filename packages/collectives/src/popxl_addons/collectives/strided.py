@@ -20,6 +20,7 @@ import popxl
 from popxl import ops
 from popxl_addons.collectives.all_reduce_tp import create_all_reduce
 from popxl_addons.core import GraphWithNamedArgs, NamedTensors
+from popxl_addons.core.graph import graph_per_tensor
 from popxl_addons.core.rts import gather_replica_sharded
 
 STRIDED_OPS = ("add", "mean")
@@ -86,15 +87,8 @@ def replicated_all_reduce_strided_graph(
     """A graph with a named input per tensor of `tensors` whose outputs are them all-reduced over `group`,
     and the outputs' names: use as `NamedTensors.pack(names, graph.bind(ts).call())`."""
     _reduce_op(op, _KIND)
-    graph = popxl.gir().create_empty_graph("replica_reduce")
-    names: list[str] = []
-    args = {}
-    with graph, popxl.in_sequence(False):
-        for name, t in zip(*tensors.unpack()):
-            x = popxl.graph_input(t.shape, t.dtype, t.name, meta_shape=t.meta_shape)
-            args[name] = x
-            names.append(name)
-            if use_io_tiles:
-                x = ops.io_tile_copy(x)
-            popxl.graph_output(replicated_all_reduce_strided(x, op, group))
-    return GraphWithNamedArgs(graph, NamedTensors.from_dict(args)), names
+
+    def reduce(name: str, x: popxl.Tensor) -> popxl.Tensor:
+        return replicated_all_reduce_strided(ops.io_tile_copy(x) if use_io_tiles else x, op, group)
+
+    return graph_per_tensor("replica_reduce", tensors, reduce)

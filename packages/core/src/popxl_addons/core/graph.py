@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import popxl
@@ -141,3 +142,26 @@ class GraphWithNamedArgs:
         )
         new.autodiff_applied = self.autodiff_applied
         return new
+
+
+def graph_per_tensor(
+    name: str,
+    tensors: NamedTensors,
+    fn: Callable[[str, popxl.Tensor], popxl.Tensor],
+    context: AbstractContextManager[Any] | None = None,
+) -> tuple[GraphWithNamedArgs, list[str]]:
+    """A graph with one named input per tensor of `tensors` (of its spec) and, per input, the output
+    `fn(name, input)`; and the outputs' names. Use as `NamedTensors.pack(names, graph.bind(tensors).call())`.
+
+    Its ops are not ordered among themselves; `context`, if given, is entered around them all.
+    """
+    graph = popxl.gir().create_empty_graph(name)
+    names: list[str] = []
+    args = {}
+    with graph, popxl.in_sequence(False), context or nullcontext():
+        for key, t in zip(*tensors.unpack()):
+            value = popxl.graph_input(t.shape, t.dtype, t.name, meta_shape=t.meta_shape)
+            args[key] = value
+            names.append(key)
+            popxl.graph_output(fn(key, value))
+    return GraphWithNamedArgs(graph, NamedTensors.from_dict(args)), names

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 
 import popxl
 from popxl import ops
-from popxl_addons.core.graph import GraphWithNamedArgs
+from popxl_addons.core.graph import GraphWithNamedArgs, graph_per_tensor
 from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
 
@@ -57,17 +56,11 @@ def all_gather_replica_sharded_graph(
     """
     ir = popxl.gir()
     groups = replica_groups.to_dict() if replica_groups is not None else {}
-    graph = ir.create_empty_graph("all_gather")
-    names: list[str] = []
-    args = {}
-    with graph, popxl.in_sequence(False):
-        for name, t in zip(*tensors.unpack()):
-            shard = popxl.graph_input(t.shape, t.dtype, t.name, meta_shape=t.meta_shape)
-            args[name] = shard
-            names.append(name)
-            group = groups.get(name, ir.replica_grouping())
-            popxl.graph_output(gather_replica_sharded_tensor(shard, use_io_tiles, group))
-    return GraphWithNamedArgs(graph, NamedTensors.from_dict(args)), names
+
+    def gather(name: str, shard: popxl.Tensor) -> popxl.Tensor:
+        return gather_replica_sharded_tensor(shard, use_io_tiles, groups.get(name, ir.replica_grouping()))
+
+    return graph_per_tensor("all_gather", tensors, gather)
 
 
 def reduce_replica_sharded_tensor(
@@ -101,16 +94,10 @@ def reduce_replica_sharded_graph(
     """A graph whose named inputs have the specs of `tensors` and whose outputs are them reduced into shards,
     and their names (see `reduce_replica_sharded_tensor`; each tensor sharded over its `shard_groups` entry)."""
     groups = shard_groups.to_dict() if shard_groups is not None else {}
-    graph = popxl.gir().create_empty_graph("replica_reduce")
-    names: list[str] = []
-    args = {}
-    with graph, popxl.in_sequence(False), popxl.io_tiles() if use_io_tiles else nullcontext():
-        for name, t in zip(*tensors.unpack()):
-            value = popxl.graph_input(t.shape, t.dtype, t.name, meta_shape=t.meta_shape)
-            args[name] = value
-            names.append(name)
-            if use_io_tiles:
-                value = ops.io_tile_copy(value)
-            shards = groups.get(name, replica_group)
-            popxl.graph_output(reduce_replica_sharded_tensor(value, op, replica_group, shards))
-    return GraphWithNamedArgs(graph, NamedTensors.from_dict(args)), names
+
+    def reduce(name: str, value: popxl.Tensor) -> popxl.Tensor:
+        if use_io_tiles:
+            value = ops.io_tile_copy(value)
+        return reduce_replica_sharded_tensor(value, op, replica_group, groups.get(name, replica_group))
+
+    return graph_per_tensor("replica_reduce", tensors, reduce, popxl.io_tiles() if use_io_tiles else None)

@@ -62,9 +62,13 @@ def geluerf(t: Tensor) -> Tensor:
 
 def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
     """`(t + increment)` modulo `modulus`, with the sign of the dividend as in C."""
+    return _one(ew.INCREMENT_MOD, t, **_increment_mod_attrs("increment_mod", increment, modulus))
+
+
+def _increment_mod_attrs(op: str, increment: float, modulus: float) -> dict[str, float]:
     if modulus == 0:
-        raise ValueError("increment_mod: modulus must not be zero")
-    return _one(ew.INCREMENT_MOD, t, increment=increment, modulus=modulus)
+        raise ValueError(f"{op}: modulus must not be zero")
+    return {"increment": increment, "modulus": modulus}
 
 
 def relu_(t: Tensor) -> Tensor:
@@ -94,9 +98,7 @@ def swish_(t: Tensor) -> Tensor:
 
 def increment_mod_(t: Tensor, increment: float, modulus: float) -> Tensor:
     """`increment_mod`, in place."""
-    if modulus == 0:
-        raise ValueError("increment_mod_: modulus must not be zero")
-    return _one(ew.INCREMENT_MOD_INPLACE, t, increment=increment, modulus=modulus)
+    return _one(ew.INCREMENT_MOD_INPLACE, t, **_increment_mod_attrs("increment_mod_", increment, modulus))
 
 
 def detach_(t: Tensor) -> Tensor:

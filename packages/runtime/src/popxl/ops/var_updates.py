@@ -96,6 +96,9 @@ def _updater(
     beta2: float | Tensor | None,
     epsilon: float | Tensor,
 ) -> Tensor:
+    # The bias-corrected modes ("adam", "lamb": a time step was given) need both betas.
+    if mode in ("adam", "lamb") and (beta1 is None or beta2 is None):
+        raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
     decays = isinstance(weight_decay, Tensor) or (weight_decay is not None and weight_decay != 0.0)
     if decays and weight is None:
         raise ValueError("Weight decay requires weight to not be None.")
@@ -121,8 +124,6 @@ def adam_updater(
 
     `time_step` is incremented in place first, and the corrections use the new step.
     """
-    if time_step is not None and (beta1 is None or beta2 is None):
-        raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
     mode = "adam" if time_step is not None else "adam_no_bias"
     return _updater(mode, acc_first_order, acc_second_order, weight, time_step, weight_decay, beta1, beta2, epsilon)
 
@@ -138,8 +139,6 @@ def lamb_updater(
     epsilon: float | Tensor = 1e-07,
 ) -> Tensor:
     """LAMB's update term: the same as Adam's (the trust ratio is applied by `adam_var_update`)."""
-    if time_step is not None and (beta1 is None or beta2 is None):
-        raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
     mode = "lamb" if time_step is not None else "lamb_no_bias"
     return _updater(mode, acc_first_order, acc_second_order, weight, time_step, weight_decay, beta1, beta2, epsilon)
 
