@@ -150,3 +150,16 @@ def test_array_munging_against_numpy() -> None:
     np.testing.assert_array_equal(repeat(data, 2, 1), np.stack([data, data], axis=1))
     fed = tensor_parallel_input(np.arange(4), 2, 4)
     np.testing.assert_array_equal(fed, [[0, 0, 1, 1], [2, 2, 3, 3]])
+
+
+def test_host_load_takes_a_torch_tensor_that_requires_grad() -> None:
+    torch = pytest.importorskip("torch")
+    source = torch.arange(6, dtype=torch.float32).reshape(2, 3).requires_grad_()
+    ir = popxl.Ir()
+    with ir.main_graph:
+        data, stream, x = host_load(source, popxl.float16, "x")
+        out = popxl.d2h_stream(x.shape, x.dtype, "y")
+        ops.host_store(out, x * 2)
+    assert isinstance(data, np.ndarray) and data.dtype == np.float16
+    with popxl.Session(ir, "cpu") as session:
+        np.testing.assert_array_equal(session.run({stream: data})[out], 2 * source.detach().numpy())

@@ -109,3 +109,10 @@ def test_decompose_sum_keeps_gradient_chains_of_two_input_adds() -> None:
         before = list(grad.ops)
         assert popxl.transforms.decompose_sum(grad) is grad and list(grad.ops) == before
         assert all(len(op.inputs) <= 2 for op in grad.ops if op.name == "add")
+
+
+def test_engine_options_are_recorded() -> None:
+    ir = popxl.Ir()
+    opts = ir._pb_ir.getSessionOptions()
+    opts.engineOptions["debug.instrument"] = "true"
+    assert ir.session_options.engineOptions == {"debug.instrument": "true"}

@@ -23,6 +23,15 @@ class SessionOptions:
         self.logDir = ""
         # Whether a float8 op's log2 scale outside [-32, 32) fails the run.
         self.throwIfLog2ScaleTensorNotInRange = True
+        # Poplar engine options and popart's IPU memory and compilation knobs: recorded, with no effect off an IPU
+        # (XLA chooses its own memory layout, aliasing and caching).
+        self.engineOptions: dict[str, str] = {}
+        self.aliasZeroCopy = False
+        self.enableEngineCaching = False
+        self.cachePath = ""
+        self.useHostCopyOps = False
+        self.enableExplicitMainLoops = False
+        self.explicitRecomputation = False
 
 
 class _PbIr:

@@ -9,6 +9,7 @@ import numpy as np
 
 import popxl
 from popxl import ops
+from popxl.utils import to_numpy
 
 S = TypeVar("S", popxl.HostToDeviceStream, popxl.DeviceToHostStream)
 
@@ -16,8 +17,9 @@ S = TypeVar("S", popxl.HostToDeviceStream, popxl.DeviceToHostStream)
 def host_load(
     t: Any, dtype: popxl.dtype, name: str
 ) -> tuple[np.ndarray[Any, Any], popxl.HostToDeviceStream, popxl.Tensor]:
-    """The host data as `dtype`, a stream `<name>_stream` of its shape, and the tensor loaded from it."""
-    data = np.asarray(t, dtype=dtype.as_numpy())
+    """The host data (a NumPy array, a PyTorch tensor, ...) as `dtype`, a stream `<name>_stream` of its shape,
+    and the tensor loaded from it."""
+    data = to_numpy(t, dtype=dtype)
     stream = popxl.h2d_stream(data.shape, dtype, name=f"{name}_stream")
     return data, stream, ops.host_load(stream, name)
 
