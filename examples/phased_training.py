@@ -15,6 +15,12 @@ Phased execution, as popxl-addons users build it:
 The same model trained un-phased (weights on the device, the whole batch at
 once) gives the same loss curve to float tolerance; the script prints both,
 writes a PNG of both curves and reports each program's device and host memory.
+
+With `--float16` both programs train as popxl users train: float16 weights,
+activations and gradient accumulators, the loss computed in float32 from
+float16 logits, a loss scale on the loss gradient that Adam divides out, and
+Adam's second moment in float32 (its first moment in float16, popxl-addons'
+default).
 """
 
 from __future__ import annotations
@@ -63,6 +69,23 @@ class Config:
     training_steps: int = 30
     lr: float = 3e-3
     seed: int = 0
+    float16: bool = False
+    init_std: float = 0.2  # of the matrices; GPT-style models start at 0.02
+
+    @property
+    def dtype(self) -> popxl.dtype:
+        """The dtype of the weights, activations and gradients."""
+        return popxl.float16 if self.float16 else popxl.float32
+
+    @property
+    def loss_scaling(self) -> float:
+        """The loss gradient's scale, which keeps small float16 gradients from flushing to zero."""
+        return 1024.0 if self.float16 else 1.0
+
+    @property
+    def first_order_dtype(self) -> popxl.dtype:
+        """Adam's first moment: float16 when training in float16, as popxl-addons keeps it by default."""
+        return popxl.float16 if self.float16 else popxl.float32
 
     @property
     def micro(self) -> int:
@@ -113,8 +136,8 @@ class Head(Module):
         self.linear = Linear(CLASSES)
 
     def build(self, x: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
-        """(micro, tokens, width), (micro,) -> () loss."""
-        logits = self.linear(ops.mean(x, axis=1))
+        """(micro, tokens, width), (micro,) -> () float32 loss."""
+        logits = ops.cast(self.linear(ops.mean(x, axis=1)), popxl.float32)
         hot = ops.onehot(labels, CLASSES, popxl.constant(np.asarray([0.0, 1.0], np.float32)), axis=-1)
         picked = ops.sum(logits * hot, axis=1)
         return ops.mean(ops.logsumexp(logits, axis=1) - picked)
@@ -173,18 +196,28 @@ class Stage:
         self.store.bind(state).call(row)
 
 
-def _optimizers(weights: NamedVariableFactories, lr: float) -> tuple[NamedVariableFactories, dict[str, Any]]:
+def _optimizers(weights: NamedVariableFactories, config: Config) -> tuple[NamedVariableFactories, dict[str, Any]]:
     """One Adam step graph per weight, and the Adam state of all of them under `adam.<weight name>`."""
     state = NamedVariableFactories()
     graphs = {}
     for name, factory in weights.to_dict().items():
         spec = popxl.TensorSpec(factory.shape, factory.dtype)
-        adam, graph = AdamOptimizerStep().create_graph(
-            spec, spec, lr=lr, weight_decay=0.0, first_order_dtype=popxl.float32
-        )
+        adam, graph = _adam_step(spec, config)
         graphs[name] = graph
         state.insert(f"adam.{name}", adam, overwrite=True)
     return state, graphs
+
+
+def _adam_step(spec: popxl.TensorSpec, config: Config) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+    """The Adam step graph of one weight, dividing out the loss scale."""
+    return AdamOptimizerStep().create_graph(
+        spec,
+        spec,
+        lr=config.lr,
+        weight_decay=0.0,
+        first_order_dtype=config.first_order_dtype,
+        loss_scaling=config.loss_scaling,
+    )
 
 
 def build_stage(
@@ -198,7 +231,7 @@ def build_stage(
     weights, forward = module.create_graph(*inputs)
     required = [forward.graph.inputs[0]] if "dx" in handles else []
     accums, backward = autodiff_with_accumulation(forward, forward.args.tensors, grads_required=required)
-    adam, optimizers = _optimizers(weights, config.lr)
+    adam, optimizers = _optimizers(weights, config)
     state = weights.copy()
     state.update(accums.copy())
     state.update(adam)
@@ -225,17 +258,17 @@ def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage
     ir.session_options.numIOTiles = 32
     steps, micro, width, layers = config.steps, config.micro, config.width, config.layers
     with ir.main_graph, popxl.in_sequence(True):
-        x_stream = popxl.h2d_stream((micro, TOKENS, PIXELS), popxl.float32, "x")
+        x_stream = popxl.h2d_stream((micro, TOKENS, PIXELS), config.dtype, "x")
         label_stream = popxl.h2d_stream((micro,), popxl.int32, "labels")
         loss_stream = popxl.d2h_stream((), popxl.float32, "loss")
-        act = popxl.TensorSpec((micro, TOKENS, width), popxl.float32)
+        act = popxl.TensorSpec((micro, TOKENS, width), config.dtype)
         # Boundary activations and their gradients: row r holds what enters block r (row L enters the head).
         acts = batch_serial_buffer(act, steps, rows=layers + 1)
         grads = batch_serial_buffer(act, steps, rows=layers + 1)
-        # The loss's gradient for each micro-batch: the accumulators keep means over the micro-batches.
+        # The loss's (scaled) gradient for each micro-batch: the accumulators keep means over the micro-batches.
         seeds = batch_serial_buffer(popxl.TensorSpec((), popxl.float32), steps)
         for j in range(steps):
-            ops.remote_store(seeds, j, popxl.constant(np.float32(1.0)))
+            ops.remote_store(seeds, j, popxl.constant(np.float32(config.loss_scaling)))
         embed = build_stage(
             Embed(width), [x_stream.spec], 1, config,
             {"x": x_stream, "y": RemoteHandle(acts, 0), "dy": RemoteHandle(grads, 0)},
@@ -290,7 +323,7 @@ def unphased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], NamedTen
     """One Session.run = one training step over the whole batch, every weight on the device."""
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence(True):
-        x_stream = popxl.h2d_stream((config.batch, TOKENS, PIXELS), popxl.float32, "x")
+        x_stream = popxl.h2d_stream((config.batch, TOKENS, PIXELS), config.dtype, "x")
         label_stream = popxl.h2d_stream((config.batch,), popxl.int32, "labels")
         loss_stream = popxl.d2h_stream((), popxl.float32, "loss")
         factories, graph = Classifier(config).create_graph(x_stream.spec, label_stream.spec)
@@ -299,12 +332,12 @@ def unphased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], NamedTen
         x, labels = ops.host_load(x_stream), ops.host_load(label_stream)
         site = graph.bind(weights).call_with_info(x, labels)
         ops.host_store(loss_stream, site.outputs[0])
-        grads = grad.call(popxl.constant(np.float32(1.0)), args=grad.grad_graph_info.inputs_dict(site))
+        seed = popxl.constant(np.float32(config.loss_scaling))
+        grads = grad.call(seed, args=grad.grad_graph_info.inputs_dict(site))
         by_name = {_name_in(graph.args, t): g for t, g in zip(grad.grad_graph_info.outputs, grads)}
         for name, w in weights.to_dict().items():
             spec = popxl.TensorSpec(w.shape, w.dtype)
-            adam, step = AdamOptimizerStep().create_graph(spec, spec, lr=config.lr, weight_decay=0.0,
-                                                          first_order_dtype=popxl.float32)  # fmt: skip
+            adam, step = _adam_step(spec, config)
             step.bind(adam.init(prefix=f"adam.{name}")).call(w, by_name[name])
     return ir, {"x": x_stream, "labels": label_stream, "loss": loss_stream}, weights
 
@@ -320,21 +353,21 @@ def _name_in(args: NamedTensors, t: popxl.Tensor) -> str:
 
 
 def initial_weights(config: Config) -> dict[str, Array]:
-    """The starting weights of every stage, by the un-phased model's names."""
+    """The starting weights of every stage, by the un-phased model's names, in the model's dtype."""
     rng = np.random.default_rng(config.seed + 1)
     ir = popxl.Ir()
     with ir.main_graph:
         factories, _ = Classifier(config).create_graph(
-            popxl.TensorSpec((config.batch, TOKENS, PIXELS), popxl.float32),
+            popxl.TensorSpec((config.batch, TOKENS, PIXELS), config.dtype),
             popxl.TensorSpec((config.batch,), popxl.int32),
         )
     out = {}
     for name, f in factories.to_dict().items():
         if name.endswith("weight") and len(f.shape) == 2:
-            out[name] = rng.normal(0, 0.2, f.shape).astype(np.float32)
+            out[name] = rng.normal(0, config.init_std, f.shape).astype(np.float32)
         else:
             out[name] = (np.ones if "ln" in name and name.endswith("weight") else np.zeros)(f.shape, np.float32)
-    return out
+    return {name: v.astype(config.dtype.as_numpy()) for name, v in out.items()}
 
 
 def _phased_variable(stages: Sequence[Stage], name: str) -> popxl.Variable:
@@ -350,7 +383,7 @@ def _phased_variable(stages: Sequence[Stage], name: str) -> popxl.Variable:
 def train(config: Config, show_progress: bool = True) -> dict[str, Any]:
     """Train both programs on the same data from the same weights; their loss curves and memory figures."""
     images, labels = digits(config)
-    data = batches(config, images, labels)
+    data = [(x.astype(config.dtype.as_numpy()), y) for x, y in batches(config, images, labels)]
     start = initial_weights(config)
 
     phased_ir, phased_streams, stages = phased_program(config)
@@ -418,9 +451,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=Config.training_steps, help="training steps")
     p.add_argument("--layers", type=int, default=Config.layers, help="transformer blocks")
     p.add_argument("--micro-batches", type=int, default=Config.steps, help="micro-batches per training step")
+    p.add_argument("--float16", action="store_true", help="train in float16 with loss scaling")
     p.add_argument("--png", default="out/phased_training.png", help="where to write the loss curves")
     args = p.parse_args()
-    config = Config(training_steps=args.steps, layers=args.layers, steps=args.micro_batches)
+    config = Config(training_steps=args.steps, layers=args.layers, steps=args.micro_batches, float16=args.float16)
     result = train(config)
     curves = result["curves"]
     print("step  phased   un-phased")

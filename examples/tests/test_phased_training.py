@@ -20,3 +20,14 @@ def test_phased_loss_curve_matches_unphased_and_frees_device_memory() -> None:
     memory = result["memory"]
     assert memory["phased"]["device_bytes"] < memory["unphased"]["device_bytes"] / 2
     assert memory["phased"]["host_bytes"] > memory["unphased"]["host_bytes"]
+
+
+def test_float16_training_is_finite_and_tracks_float32() -> None:
+    # Matrices start at std 0.02, as GPT-style models do: the layer norms see rows of std ~0.03.
+    config = Config(training_steps=4, layers=2, steps=4, init_std=0.02)
+    half = train(Config(**{**config.__dict__, "float16": True}), show_progress=False)["curves"]
+    full = train(config, show_progress=False)["curves"]
+    assert np.isfinite(half["phased"]).all() and np.isfinite(half["unphased"]).all()
+    np.testing.assert_allclose(half["phased"], full["phased"], rtol=2e-3)
+    np.testing.assert_allclose(half["phased"], half["unphased"], rtol=2e-3)
+    assert half["phased"][-1] < half["phased"][0]
