@@ -128,7 +128,7 @@ def test_constant_offsets_are_checked_when_the_session_is_created() -> None:
     popxl.Session(ir, "cpu")
 
 
-def test_without_checks_written_state_is_updated_in_place() -> None:
+def test_written_state_is_updated_in_place_checked_or_not() -> None:
     def program() -> tuple[popxl.Ir, popxl.Variable, popxl.DeviceToHostStream]:
         ir = popxl.Ir()
         with ir.main_graph, popxl.in_sequence(True):
@@ -142,14 +142,43 @@ def test_without_checks_written_state_is_updated_in_place() -> None:
         return ir, v, d
 
     results = {}
-    for checks, donate in ((True, None), (False, None), (False, False)):
+    for checks, donate in ((True, None), (False, None), (True, False), (False, False)):
         ir, v, d = program()
         with popxl.Session(ir, "cpu", checks=checks, donate_state=donate) as s:
             outs = [s.run()[d][0, 0] for _ in range(3)]
             results[checks, donate] = (outs, s.get_tensor_data(v)[0, 0], s.memory_analysis()["alias"])
     assert all(r[:2] == ([1.0, 3.0, 6.0], 6.0) for r in results.values())
     # The variable (16 KiB) and the buffer it writes (2 entries of 16 KiB) are donated; the frozen one is not.
-    assert results[False, None][2] == 64 * 64 * 4 + 2 * 64 * 64 * 4
-    assert results[True, None][2] == results[False, False][2] == 0
-    with pytest.raises(ValueError, match="needs checks=False"):
-        popxl.Session(program()[0], "cpu", donate_state=True)
+    assert results[True, None][2] == results[False, None][2] == 64 * 64 * 4 + 2 * 64 * 64 * 4
+    assert results[True, False][2] == results[False, False][2] == 0
+
+
+@pytest.mark.parametrize("mode", ["simulate", "devices"])
+def test_a_check_failing_after_writes_on_one_replica_changes_nothing_on_any(mode: str) -> None:
+    # Every write comes before the failing index, inside and outside a loop, and the state is donated.
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph, popxl.in_sequence(True):
+        index = popxl.h2d_stream((), popxl.int32, "index")
+        v = popxl.variable(np.zeros(4, np.float32), name="v")
+        buf = popxl.remote_buffer((4,), popxl.float32, entries=3)
+
+        def body(i: popxl.Tensor, w: popxl.TensorByRef) -> popxl.Tensor:
+            ops.var_updates.accumulate_(w, popxl.constant(np.ones(4, np.float32)))
+            ops.remote_store(buf, i, w)
+            return i + 1
+
+        graph = ir.create_graph(body, popxl.TensorSpec((), popxl.int32), v.spec)
+        ops.repeat(graph, 3, popxl.constant(np.int32(0)), v)
+        ops.remote_store(buf, ops.host_load(index), v)
+    good, bad = np.asarray([2, 2], np.int32), np.asarray([0, 5], np.int32)
+    # Simulated replicas write host memory at one offset only: the buffer stays on the device here.
+    with popxl.Session(ir, "cpu", replica_mode=mode, remote_memory="device") as s:
+        s.run({index: good})
+        before = s.get_tensor_data(v).copy(), {k: np.asarray(b).copy() for k, b in s._state["buffers"].items()}
+        with pytest.raises(OutOfRangeError, match=r"index 5 is out of range \[0, 3\) .*replica 1"):
+            s.run({index: bad})
+        np.testing.assert_array_equal(s.get_tensor_data(v), before[0])
+        for k, b in s._state["buffers"].items():
+            np.testing.assert_array_equal(np.asarray(b), before[1][k])
+        s.run({index: good})
+        np.testing.assert_array_equal(s.get_tensor_data(v), 6)

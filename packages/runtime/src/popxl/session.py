@@ -22,9 +22,11 @@ class Session:
     """A compiled popxl program with its device state.
 
     Use it as a context manager: entering attaches and copies the weights to the
-    device, leaving copies them back. `checks=False` skips the run-time index
-    checks and (unless `donate_state=False`) lets XLA update written state in
-    place; `replica_mode` picks one device per replica ("devices"), a one-device
+    device, leaving copies them back. The state a run writes is updated in
+    place (donated to XLA) unless `donate_state=False`; with `checks` (the
+    default) every run-time index check is evaluated before the run, which
+    changes nothing if one fails, and `checks=False` skips them.
+    `replica_mode` picks one device per replica ("devices"), a one-device
     simulation ("simulate") or the former when enough devices exist ("auto").
     `remote_memory` puts remote buffers, remote variables and each run's host
     stream data in the devices' pinned host memory ("host", as an IPU keeps
@@ -137,8 +139,10 @@ class Session:
         """
         self._require_attached("run")
         feeds = self._validated_inputs(dict(inputs or {}), downcast_inputs)
-        new_state, outputs = self._program.run(self._state, feeds)
+        new_state, outputs, error = self._program.run(self._state, feeds)
         self._state = new_state
+        if error is not None:
+            raise error
         self._host_stale = True
         layout = self.host_layout
         return {s: dtypes.host_view(layout.from_replica_major(outputs[s.tensor_id])) for s in self._program.d2h}

@@ -44,7 +44,9 @@ class LoweringContext:
     """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks.
 
     `remote_memory` says where remote buffers' storage lives: "host" or "device";
-    `options` are the Ir's session options (popxl's names), for lowerings they tune.
+    `options` are the Ir's session options (popxl's names), for lowerings they tune;
+    `host_effects` is False while a program is traced only for its checks, so that
+    lowerings with effects on the host (printing) leave them out.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class LoweringContext:
         sites: CheckSites | None,
         remote_memory: str = "device",
         options: Any = None,
+        host_effects: bool = True,
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
@@ -62,6 +65,7 @@ class LoweringContext:
         self.sites = sites
         self.remote_memory = remote_memory
         self.options = options
+        self.host_effects = host_effects
 
     def option(self, name: str, default: Any) -> Any:
         """Session option `name`, or `default` where it is not set."""

@@ -117,12 +117,12 @@ class Program:
             raise ValueError(f"remote_memory='host' needs a '{HOST_MEMORY}' memory, which {self.device} lacks")
         self.remote_memory = remote_memory or ("host" if has_host else "device")
         self.sites = CheckSites() if checks else None
-        # Without checks no run can fail after it started, so by default the state it writes is donated
-        # to XLA and updated in place; with checks a failed run must keep the state it had.
-        if donate_state and checks:
-            raise ValueError("donate_state=True needs checks=False: a failed checked run must keep its state")
-        donate = (0,) if (not checks if donate_state is None else donate_state) else ()
+        # The state a run writes is donated to XLA and updated in place (unless donate_state=False). A checked
+        # run first evaluates every check in a program of its own, which XLA reduces to what computes the
+        # checked indices, and runs the step only if all replicas pass: a failed run changes nothing.
+        donate = (0,) if donate_state is None or donate_state else ()
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
+        self._checks = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)) if checks else None
 
     @property
     def buffer_memory_kind(self) -> str | None:
@@ -136,7 +136,14 @@ class Program:
 
     def _split_step(self, written: State, readonly: State, host_inputs: dict[str, jax.Array]) -> Any:
         state = {part: {**readonly[part], **written[part]} for part in _PARTS}
-        return self._replica_step(state, host_inputs)
+        written, outputs, _ = self._replica_step(state, host_inputs, None)
+        return written, outputs
+
+    def _split_checks(self, written: State, readonly: State, host_inputs: dict[str, jax.Array]) -> CheckState:
+        # Only the check result is used: XLA removes the rest of the program that does not feed an index.
+        state = {part: {**readonly[part], **written[part]} for part in _PARTS}
+        _, _, check = self._replica_step(state, host_inputs, self.sites, host_effects=False)
+        return check
 
     def _split(self, state: State) -> tuple[State, State]:
         """`state` as (the entries the program writes, the rest)."""
@@ -144,14 +151,17 @@ class Program:
         readonly = {part: {k: v for k, v in state[part].items() if k not in written[part]} for part in _PARTS}
         return written, readonly
 
-    def _replica_step(self, state: State, host_inputs: dict[str, jax.Array]) -> Any:
+    def _replica_step(
+        self, state: State, host_inputs: dict[str, jax.Array], sites: CheckSites | None, host_effects: bool = True
+    ) -> Any:
         nht = self.ir.num_host_transfers
         values: dict[Resource, Any] = {b: state["buffers"][buffer_key(b)] for b in self.buffers}
         values.update({s: jnp.int32(0) for s in self.h2d})
         values.update({s: HostOutput(jnp.zeros((nht, *s.shape), s.dtype.as_numpy()), jnp.int32(0)) for s in self.d2h})
         values[CHECK_RESULT] = CheckState(jnp.int32(0), jnp.int32(0))
         world = World(values)
-        ctx = LoweringContext(world, host_inputs, self.mesh, self.sites, self.remote_memory, self.ir.session_options)
+        options = self.ir.session_options
+        ctx = LoweringContext(world, host_inputs, self.mesh, sites, self.remote_memory, options, host_effects)
         bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.device_variables}
         finals = execute(ctx, self.ir.main_graph, bound, self.written_variables)
         written = {
@@ -247,22 +257,25 @@ class Program:
 
     def run(
         self, state: State, inputs: dict[str, np.ndarray[Any, Any]]
-    ) -> tuple[State, dict[str, np.ndarray[Any, Any]]]:
-        """One execution of the main graph; inputs and outputs are `(local replicas, nht, *shape)`.
-
-        Raises OutOfRangeError (and returns nothing) if a checked index was out of range on any replica.
-        """
+    ) -> tuple[State, dict[str, np.ndarray[Any, Any]], OutOfRangeError | None]:
+        """One execution of the main graph: the new state, the outputs `(local replicas, nht, *shape)`, and
+        the error of a failed check (when a checked index was out of range on any replica: then the state
+        is the one given and there are no outputs)."""
         device_inputs = self._put_inputs(inputs)
         written_in, readonly = self._split(state)
-        written, outputs, error = self._step(written_in, readonly, device_inputs)
-        codes = self.placement.fetch_all(error.code)
-        if self.sites is not None and codes.any():
-            replica = int(np.flatnonzero(codes)[0])
-            index = int(self.placement.fetch_all(error.offending)[replica])
-            what = self.sites.message(int(codes[replica]), index)
-            raise OutOfRangeError(f"{what} (replica {replica}); nothing was changed")
+        if self._checks is not None and self.sites is not None:
+            error = self._checks(written_in, readonly, device_inputs)
+            codes = self.placement.fetch_all(error.code)
+            if codes.any():
+                replica = int(np.flatnonzero(codes)[0])
+                index = int(self.placement.fetch_all(error.offending)[replica])
+                what = self.sites.message(int(codes[replica]), index)
+                return state, {}, OutOfRangeError(f"{what} (replica {replica}); nothing was changed")
+        written, outputs = self._step(written_in, readonly, device_inputs)
+        # A run returns once the device has finished it, as in popxl, outputs or not.
+        jax.block_until_ready(written)
         new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
-        return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}
+        return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}, None
 
     def _put_inputs(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, jax.Array]:
         # A run's host stream data stays on the host with the remote buffers; each host_load moves one transfer.

@@ -35,16 +35,30 @@ def _to(space: Any, host: bool) -> Callable[[jax.Array], jax.Array]:
     return lambda x: jax.device_put(x, space)
 
 
-@functools.cache
-def _entry_slice(lead: int, host: bool) -> Any:
-    """Entry `index` along axis `lead` of `storage`, the axes before it being replica axes, on the device."""
-
-    @custom_vmap
+def _slice(lead: int, host: bool) -> Callable[[jax.Array, jax.Array], jax.Array]:
     def load(storage: jax.Array, index: jax.Array) -> jax.Array:
         starts = [jnp.int32(0)] * storage.ndim
         starts[lead] = index
         sizes = [*storage.shape[:lead], 1, *storage.shape[lead + 1 :]]
         return _to(jax.memory.Space.Device, host)(jax.lax.dynamic_slice(storage, starts, sizes))
+
+    return load
+
+
+def _update(lead: int, host: bool) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    def store(storage: jax.Array, index: jax.Array, value: jax.Array) -> jax.Array:
+        starts = [jnp.int32(0)] * storage.ndim
+        starts[lead] = index
+        update = _to(jax.memory.Space.Host, host)(jnp.expand_dims(value, lead).astype(storage.dtype))
+        return jax.lax.dynamic_update_slice(storage, update, starts)
+
+    return store
+
+
+@functools.cache
+def _entry_slice(lead: int, host: bool) -> Any:
+    """Entry `index` along axis `lead` of `storage`, the axes before it being replica axes, on the device."""
+    load = custom_vmap(_slice(lead, host))
 
     @load.def_vmap
     def _batched(axis_size: int, in_batched: list[bool], storage: jax.Array, index: jax.Array) -> Any:
@@ -55,7 +69,8 @@ def _entry_slice(lead: int, host: bool) -> Any:
                     "Simulated replicas read a host-resident remote buffer at offsets that differ between "
                     "replicas: use Session(..., remote_memory='device') or one device per replica"
                 )
-            plain = jax.vmap(_entry_slice(lead, host), in_axes=(0 if storage_batched else None, 0))
+            # Replicas at different entries of a device-resident buffer: a gather (JAX's own batching).
+            plain = jax.vmap(_slice(lead, host), in_axes=(0 if storage_batched else None, 0))
             return plain(storage, index), True
         if not storage_batched:
             return load(storage, index), False
@@ -67,13 +82,7 @@ def _entry_slice(lead: int, host: bool) -> Any:
 @functools.cache
 def _entry_update(lead: int, host: bool) -> Any:
     """`storage` with entry `index` along axis `lead` replaced by the device value `value`."""
-
-    @custom_vmap
-    def store(storage: jax.Array, index: jax.Array, value: jax.Array) -> jax.Array:
-        starts = [jnp.int32(0)] * storage.ndim
-        starts[lead] = index
-        update = _to(jax.memory.Space.Host, host)(jnp.expand_dims(value, lead).astype(storage.dtype))
-        return jax.lax.dynamic_update_slice(storage, update, starts)
+    store = custom_vmap(_update(lead, host))
 
     @store.def_vmap
     def _batched(axis_size: int, in_batched: list[bool], storage: jax.Array, index: jax.Array, value: jax.Array) -> Any:
@@ -85,7 +94,8 @@ def _entry_update(lead: int, host: bool) -> Any:
                     "replicas: use Session(..., remote_memory='device') or one device per replica"
                 )
             axes = (0 if storage_batched else None, 0 if index_batched else None, 0 if value_batched else None)
-            return jax.vmap(_entry_update(lead, host), in_axes=axes)(storage, index, value), True
+            # Replicas at different entries of a device-resident buffer: a scatter (JAX's own batching).
+            return jax.vmap(_update(lead, host), in_axes=axes)(storage, index, value), True
         if not value_batched:
             value = jnp.broadcast_to(value, (axis_size, *value.shape))
         return _entry_update(lead + 1, host)(storage, index, value), True

@@ -33,7 +33,7 @@ def _show(title: str, attrs: Attrs, value: np.ndarray) -> None:
 
 
 def _lower(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
-    if attrs["print_self"]:
+    if attrs["print_self"] and ctx.host_effects:
         jax.debug.callback(lambda v: _show(attrs["title"], attrs, v), x, ordered=False)
     return [x]
 
