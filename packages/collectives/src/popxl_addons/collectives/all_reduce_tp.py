@@ -83,7 +83,11 @@ def create_all_reduce(
     kind: str = "replicated_all_reduce_TP",
     allowed: tuple[str, ...] = ("add",),
 ) -> popxl.Tensor:
-    """An all-reduce over `group` whose forward or gradient may be an identity; `allowed` names its ops."""
+    """An all-reduce over `group` whose forward or gradient may be an identity; `allowed` names its ops.
+
+    The output is named `<kind>_out`, as popxl-addons names its ops' outputs
+    (`replicated_all_reduce_TP_out`, `replicated_all_reduce_strided_out`).
+    """
     if op not in SUPPORTED_OPS:
         raise ValueError(f"Unknown collective op {op!r}: expected one of {SUPPORTED_OPS}")
     if op not in allowed:
@@ -95,7 +99,7 @@ def create_all_reduce(
         "identical_inputs": identical_inputs,
         "identical_grad_inputs": identical_grad_inputs,
     }
-    return create_op(ALL_REDUCE_TP, [t], attrs)[0]
+    return create_op(ALL_REDUCE_TP, [t], attrs, names=[f"{kind}_out"])[0]
 
 
 def replicated_all_reduce_identical_inputs(

@@ -12,16 +12,22 @@ each is the corresponding popxl collective with popxl-addons' output shapes:
 - `replicated_all_reduce_strided` and its `identical_inputs` and
   `identical_grad_inputs` forms are the tensor-parallel all-reduce with `add`
   or `mean`; as in popxl-addons, the gradient swaps the two flags.
+
+Outputs are named as popxl-addons names them: `replicated_all_gather_strided_out`
+(then `..._reshaped` when reshaped to the meta shape),
+`replicated_reduce_scatter_strided_out` and `replicated_all_reduce_strided_out`.
 """
 
 from __future__ import annotations
 
+import math
+
 import popxl
 from popxl import ops
+from popxl.extension import REGISTRY, create_op
 from popxl_addons.collectives.all_reduce_tp import create_all_reduce
 from popxl_addons.core import GraphWithNamedArgs, NamedTensors
 from popxl_addons.core.graph import graph_per_tensor
-from popxl_addons.core.rts import gather_replica_sharded
 
 STRIDED_OPS = ("add", "mean")
 _KIND = "replicated_all_reduce_strided"
@@ -38,8 +44,17 @@ def _reduce_op(op: str, kind: str) -> str:
 
 
 def replicated_all_gather_strided(t: popxl.Tensor, group: popxl.ReplicaGrouping | None = None) -> popxl.Tensor:
-    """The values of `t` on the members of `group` (all replicas by default), flattened and concatenated."""
-    return gather_replica_sharded(t, _group(group))
+    """The values of `t` on the members of `group` (all replicas by default), flattened and concatenated;
+    reshaped to the meta shape (its padding dropped) when `t` is a replica-sharded tensor."""
+    g = _group(group)
+    n = math.prod(t.meta_shape) if t.meta_shape else g.group_size * math.prod(t.shape)
+    attrs = {"group": g, "shape": (n,)}
+    out = create_op(REGISTRY["replicated_all_gather"], [t], attrs, names=["replicated_all_gather_strided_out"])[0]
+    if t.meta_shape:
+        # popxl-addons reshapes in place: `out.reshape_(t.meta_shape)`, named `<out>_reshaped` by popxl.
+        attrs = {"shape": tuple(t.meta_shape)}
+        out = create_op(REGISTRY["reshape_"], [out], attrs, names=[f"{out.name}_reshaped"])[0]
+    return out
 
 
 def replicated_reduce_scatter_strided(
@@ -49,12 +64,13 @@ def replicated_reduce_scatter_strided(
     configure_output_for_replicated_tensor_sharding: bool = False,
 ) -> popxl.Tensor:
     """This replica's 1-D shard of `t` reduced with `op` ('add' or 'mean') over `group`."""
-    return ops.collectives.replicated_reduce_scatter(
-        t,
-        _reduce_op(op, "replicated_reduce_scatter_strided"),
-        _group(group),
-        configure_output_for_replicated_tensor_sharding,
-    )
+    attrs = {
+        "op": _reduce_op(op, "replicated_reduce_scatter_strided"),
+        "group": _group(group),
+        "rts": configure_output_for_replicated_tensor_sharding,
+    }
+    kind = REGISTRY["replicated_reduce_scatter"]
+    return create_op(kind, [t], attrs, names=["replicated_reduce_scatter_strided_out"])[0]
 
 
 def replicated_all_reduce_strided(

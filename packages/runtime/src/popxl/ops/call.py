@@ -166,7 +166,17 @@ def repeat_with_info(
     if repeat_count < 0:
         raise ValueError(f"repeat_count must be >= 0, got {repeat_count}")
     parents = bind_inputs(graph, inputs, inputs_dict)
-    return CallSiteInfo(_create(REPEAT, graph, parents, {"count": int(repeat_count)}))
+    # popxl (python/popxl/ops/repeat.py, _setup_outputs) names each output after the graph's, made
+    # unique by the Ir's counter twice (the loop body's output, then the loop's): `<name>__t<c+1>`,
+    # without the name scopes open at the call.
+    ir = context.gir()
+    names = []
+    for t in graph.outputs:
+        ir._next_dedup()
+        names.append(f"{t.name}__t{ir._next_dedup()}")
+    with context.fresh_name_scopes():
+        op = add_op(REPEAT, parents, {"graph": graph, "count": int(repeat_count)}, names=names)
+    return CallSiteInfo(op)
 
 
 class ConditionalSiteInfo(CallSiteInfo):

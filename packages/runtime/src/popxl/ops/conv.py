@@ -67,7 +67,8 @@ def conv_transpose(
     """Transposed convolution of `t` (N, C, *spatial) with `weight` (C, M/groups, *kernel), as ONNX's
     ConvTranspose: an `output_shape` sets the pads, which are otherwise `padding`."""
     attrs = conv_transpose_attrs(t, stride, padding, dilation, groups, pad_type, output_padding, output_shape)
-    return create_op(c.CONV_TRANSPOSE, [t, weight], attrs)[0]
+    # popxl: `convtranspose_out` (python/popxl/ops/conv.py).
+    return create_op(c.CONV_TRANSPOSE, [t, weight], attrs, names=["convtranspose_out"])[0]
 
 
 def conv_transpose_attrs(
@@ -118,7 +119,9 @@ def _pool(
         "auto_pad": auto_pad or "not_set",
         "ceil_mode": bool(ceil_mode),
     }
-    return create_op(opdef, [t], attrs)[0]
+    # popxl: `averagepool_out` and `maxpool_out` (python/popxl/ops/pool.py).
+    name = "averagepool_out" if opdef is c.AVERAGE_POOL else "maxpool_out"
+    return create_op(opdef, [t], attrs, names=[name])[0]
 
 
 def average_pool(

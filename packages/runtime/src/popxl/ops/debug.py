@@ -45,7 +45,8 @@ def print_tensor(
         "open_bracket": open_bracket,
         "close_bracket": close_bracket,
     }
-    return create_op(PRINT_TENSOR, [t], attrs)[0]
+    # popxl: `print_out` (python/popxl/ops/print_tensor.py).
+    return create_op(PRINT_TENSOR, [t], attrs, names=["print_out"])[0]
 
 
 def rename(t: Tensor, name: str) -> Tensor:
@@ -56,4 +57,5 @@ def rename(t: Tensor, name: str) -> Tensor:
 def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
     """`t` copied to IPU `destination`: a copy here, recorded as placed on that IPU."""
     with context.ipu(destination):
-        return create_op(IDENTITY, [t], names=[f"{t.name.split('/')[-1]}_c{destination}"])[0]
+        # popxl: `<t>_c<destination>`, `t.name` with its name scopes (python/popxl/ops/ipu_copy.py).
+        return create_op(IDENTITY, [t], names=[f"{t.name}_c{destination}"])[0]

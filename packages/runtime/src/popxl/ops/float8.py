@@ -13,19 +13,23 @@ from popxl.tensor import Tensor
 
 def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor, data_type: dtypes.dtype) -> Tensor:
     """`cast(t * 2**log2_scale, data_type)` for a float8 `data_type`; `log2_scale` an int32 scalar."""
-    return create_op(f8.POW2SCALE_CAST_TO_FP8, [t, log2_scale], {"data_type": data_type})[0]
+    # popxl: `<t>_<dtype name>` (python/popxl/ops/cast.py).
+    attrs = {"data_type": data_type}
+    return create_op(f8.POW2SCALE_CAST_TO_FP8, [t, log2_scale], attrs, names=[f"{t.name}_{data_type.name}"])[0]
 
 
 def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type: dtypes.dtype) -> Tensor:
     """`cast(t, data_type) * 2**log2_scale` of a float8 `t` to float16 or float32."""
-    return create_op(f8.POW2SCALE_CAST_FROM_FP8, [t, log2_scale], {"data_type": data_type})[0]
+    attrs = {"data_type": data_type}
+    return create_op(f8.POW2SCALE_CAST_FROM_FP8, [t, log2_scale], attrs, names=[f"{t.name}_{data_type.name}"])[0]
 
 
 def matmul_pow2scaled(
     lhs: Tensor, rhs: Tensor, log2_scale: Tensor, available_memory_proportion: float | None = None
 ) -> Tensor:
     """`(lhs @ rhs) * 2**log2_scale` of float8 operands, as float16."""
-    return create_op(f8.MATMUL_POW2SCALED, [lhs, rhs, log2_scale], {})[0]
+    # popxl: `matmul_pow2scaled_out` (python/popxl/ops/matmul.py).
+    return create_op(f8.MATMUL_POW2SCALED, [lhs, rhs, log2_scale], {}, names=["matmul_pow2scaled_out"])[0]
 
 
 def conv_pow2scaled(
@@ -43,7 +47,8 @@ def conv_pow2scaled(
 ) -> Tensor:
     """`conv(t, weight) * 2**log2_scale` of float8 operands, as float16."""
     attrs = conv_attrs(t, stride, padding, dilation, groups, pad_type)
-    return create_op(f8.CONV_POW2SCALED, [t, weight, log2_scale], attrs)[0]
+    # popxl: `conv_out` (python/popxl/ops/conv.py: conv_pow2scaled).
+    return create_op(f8.CONV_POW2SCALED, [t, weight, log2_scale], attrs, names=["conv_out"])[0]
 
 
 def conv_transpose_pow2scaled(
@@ -63,4 +68,5 @@ def conv_transpose_pow2scaled(
 ) -> Tensor:
     """`conv_transpose(t, weight) * 2**log2_scale` of float8 operands, as float16."""
     attrs = conv_transpose_attrs(t, stride, padding, dilation, groups, pad_type, output_padding, output_shape)
-    return create_op(f8.CONV_TRANSPOSE_POW2SCALED, [t, weight, log2_scale], attrs)[0]
+    # popxl: `convtranspose_out` (python/popxl/ops/conv.py: conv_transpose_pow2scaled).
+    return create_op(f8.CONV_TRANSPOSE_POW2SCALED, [t, weight, log2_scale], attrs, names=["convtranspose_out"])[0]

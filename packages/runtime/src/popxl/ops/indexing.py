@@ -48,7 +48,8 @@ def dynamic_update_(
 ) -> Tensor:
     """`dynamic_update` in place on `t`."""
     attrs = {"axes": list(axes), "sizes": list(sizes)}
-    return create_op(ix.DYNAMIC_UPDATE_INPLACE, [t, t_update, index], attrs)[0]
+    # popxl: `dynamicupdateinplace_out` (python/popxl/ops/dynamic_update.py: dynamic_update_).
+    return create_op(ix.DYNAMIC_UPDATE_INPLACE, [t, t_update, index], attrs, names=["dynamicupdateinplace_out"])[0]
 
 
 def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1) -> Tensor:
@@ -77,14 +78,18 @@ def tied_gather(
     zero_OOR: bool = False,
 ) -> Tensor:
     """`gather` for a weight shared with a matmul (the tie changes IPU tile layout only; values are the same)."""
-    return gather(t, indices, axis, available_memory_proportion, zero_OOR)
+    # popxl names it `tiedgather_out` (python/popxl/ops/gather.py: tied_gather).
+    attrs = {"axis": axis, "zero_OOR": zero_OOR}
+    return create_op(ix.GATHER, [t, _indices(indices)], attrs, names=["tiedgather_out"])[0]
 
 
 def topk(
     t: Tensor, k: int, axis: int, largest: bool, sorted: bool, available_memory_proportion: float | None = None
 ) -> tuple[Tensor, Tensor]:
     """The `k` largest (or smallest) elements along `axis` and their int32 indices, in order either way."""
-    values, indices = create_op(ix.TOPK, [t], {"k": int(k), "axis": axis, "largest": bool(largest)})
+    attrs = {"k": int(k), "axis": axis, "largest": bool(largest)}
+    # popxl's names (python/popxl/ops/topk.py).
+    values, indices = create_op(ix.TOPK, [t], attrs, names=["topk_out_value", "topk_out_indices"])
     return values, indices
 
 
@@ -112,7 +117,8 @@ def groupedgather(
     """`gather` in each of `group_size` groups: `t` and `indices` have a leading group axis, and `axis` (after
     it) is gathered within each group."""
     attrs = {"axis": axis, "group_size": group_size or 1, "zero_OOR": zero_OOR}
-    return create_op(ix.GROUPED_GATHER, [t, _indices(indices)], attrs)[0]
+    # popxl's gather and groupedgather both name it `gather_out` (python/popxl/ops/gather.py).
+    return create_op(ix.GROUPED_GATHER, [t, _indices(indices)], attrs, names=["gather_out"])[0]
 
 
 def scatter_reduce(
@@ -130,4 +136,5 @@ def scatter_reduce(
     stay zero)."""
     inputs = [data, _indices(indices), *([initial_values] if initial_values is not None else [])]
     attrs = {"reduction": reduction, "axis": axis, "axis_size": axis_size}
-    return create_op(ix.SCATTER_REDUCE, inputs, attrs)[0]
+    # popxl: `scatterreduce_out` (python/popxl/ops/scatter_reduce.py).
+    return create_op(ix.SCATTER_REDUCE, inputs, attrs, names=["scatterreduce_out"])[0]

@@ -15,12 +15,21 @@ from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Tensor
 
 
+def _take_id(name: str) -> None:
+    """Take the id `name` (under the current name scopes) in the current graph, as popxl's unseen
+    intermediate tensors do, so that later tensors of that name get the ids they get in popxl."""
+    context.gcg()._unique_id(context.name_scope_prefix() + name)
+
+
 def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:
     """The next transfer of `h2d_stream` as a tensor of the current graph."""
     if not isinstance(h2d_stream, HostToDeviceStream):
         raise TypeError(f"host_load takes a HostToDeviceStream, got {h2d_stream!r}")
-    default = h2d_stream.tensor_id.split("/")[-1]
-    return create_op(io.HOST_LOAD, [], {"stream": h2d_stream}, names=[name or default])[0]
+    # popxl (python/popxl/ops/host_load.py): `<name>_hostload`, `name` defaulting to the stream's
+    # id; popxl first makes an init tensor `<name>_init`, whose id is taken here too.
+    base = name if name is not None else h2d_stream.tensor_id
+    _take_id(f"{base}_init")
+    return create_op(io.HOST_LOAD, [], {"stream": h2d_stream}, names=[f"{base}_hostload"])[0]
 
 
 def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
@@ -49,13 +58,21 @@ def _check_buffer(buffer: Any) -> RemoteBuffer:
 def remote_load(remote_buffer: RemoteBuffer, offset: int | Tensor, name: str | None = None) -> Tensor:
     """Entry `offset` of `remote_buffer` on each replica."""
     _check_buffer(remote_buffer)
-    return create_op(io.REMOTE_LOAD, [_offset(offset)], {"buffer": remote_buffer}, names=[name])[0]
+    off = _offset(offset)
+    # popxl (python/popxl/ops/remote_load.py): `<name>_remote_loaded`, `name` defaulting to
+    # `id_<buffer id>_offset_<offset name>`; popxl first makes an init tensor `<name>_remote_load`,
+    # whose id is taken here too.
+    base = name if name is not None else f"id_{remote_buffer.remote_buffer_id}_offset_{off.name}"
+    _take_id(f"{base}_remote_load")
+    return create_op(io.REMOTE_LOAD, [off], {"buffer": remote_buffer}, names=[f"{base}_remote_loaded"])[0]
 
 
 def remote_load_(remote_buffer: RemoteBuffer, offset: int | Tensor, t: Tensor) -> Tensor:
     """Load entry `offset` of `remote_buffer` into `t` in place."""
     _check_buffer(remote_buffer)
-    return create_op(io.REMOTE_LOAD_INPLACE, [t, _offset(offset)], {"buffer": remote_buffer})[0]
+    attrs = {"buffer": remote_buffer}
+    # popxl: `remote_load_inplace_out` (python/popxl/ops/remote_load.py: remote_load_).
+    return create_op(io.REMOTE_LOAD_INPLACE, [t, _offset(offset)], attrs, names=["remote_load_inplace_out"])[0]
 
 
 def remote_store(remote_buffer: RemoteBuffer, offset: int | Tensor, t: Tensor) -> None:
@@ -66,7 +83,8 @@ def remote_store(remote_buffer: RemoteBuffer, offset: int | Tensor, t: Tensor) -
 
 def io_tile_copy(t: Tensor) -> Tensor:
     """Copy `t` between the compute and IO tile sets (the identity off-IPU)."""
-    return create_op(io.IO_TILE_COPY, [t])[0]
+    # popxl: `<t>_iotilecopy` (python/popxl/ops/io_tile_copy.py).
+    return create_op(io.IO_TILE_COPY, [t], names=[f"{t.name}_iotilecopy"])[0]
 
 
 def init(shape: Any, dtype: Any, name: str | None = None, init_type: str = "zero", meta_shape: Any = ()) -> Tensor:
@@ -74,4 +92,5 @@ def init(shape: Any, dtype: Any, name: str | None = None, init_type: str = "zero
     if init_type not in ("zero", "undef"):
         raise ValueError(f"init_type must be 'zero' or 'undef', got {init_type!r}")
     attrs = {"shape": tuple(shape), "dtype": dtypes.as_dtype(dtype), "meta_shape": tuple(meta_shape)}
-    return create_op(io.INIT, [], attrs, names=[name])[0]
+    # popxl names an unnamed init `t`, the default of `Graph._create_tensor_id` (python/popxl/ops/init.py).
+    return create_op(io.INIT, [], attrs, names=[name or "t"])[0]

@@ -17,7 +17,8 @@ def nll_loss(
     """Negative log likelihood of `labels` under `probs` (or log-probabilities with `log_prob`), over the last
     axis; reduced by 'mean', 'sum' or 'none'. Labels equal to `ignore_index` contribute nothing."""
     attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": log_prob}
-    return create_op(losses.NLL, [probs, labels], attrs)[0]
+    # popxl: `loss` (python/popxl/ops/negative_log_likelihood.py).
+    return create_op(losses.NLL, [probs, labels], attrs, names=["loss"])[0]
 
 
 def nll_loss_with_softmax_grad(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from popxl import dtypes
+from popxl import context, dtypes
 from popxl.op import create_op
 from popxl.opdefs import random as r
 from popxl.tensor import Tensor
@@ -14,7 +14,12 @@ def split_random_seed(seed: Tensor, count: int = 2) -> tuple[Tensor, ...]:
     """`count` new seeds derived deterministically from `seed`."""
     if count < 1:
         raise ValueError(f"split_random_seed count must be >= 1, got {count}")
-    return tuple(create_op(r.SPLIT_SEED, [seed], {"count": count}))
+    # popxl (python/popxl/ops/random_seed.py) makes each seed by `create_random_seed(seed, constant(i))`:
+    # outputs named `modified_seed`, each after a modifier constant `t`, whose ids are taken here too.
+    graph = context.gcg()
+    for _ in range(count):
+        graph._unique_id(context.name_scope_prefix() + "t")
+    return tuple(create_op(r.SPLIT_SEED, [seed], {"count": count}, names=["modified_seed"] * count))
 
 
 def random_uniform(
@@ -41,4 +46,6 @@ def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
 def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Any, ratio: float) -> Tensor:
     """`t` with elements zeroed with probability `ratio` by a mask of `shape` broadcast to `t` (the rest scaled
     by 1 / (1 - ratio)): elements sharing a mask position are dropped together."""
-    return create_op(r.SHAPED_DROPOUT, [t, seed_tensor], {"shape": tuple(shape), "ratio": float(ratio)})[0]
+    attrs = {"shape": tuple(shape), "ratio": float(ratio)}
+    # popxl: `shapeddropout_out` (python/popxl/ops/shaped_dropout.py).
+    return create_op(r.SHAPED_DROPOUT, [t, seed_tensor], attrs, names=["shapeddropout_out"])[0]

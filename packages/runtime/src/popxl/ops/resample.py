@@ -24,7 +24,8 @@ def interpolate(
         "nearest_mode": nearest_mode or "round_prefer_floor",
         "coordinate_transformation_mode": coordinate_transformation_mode or "half_pixel",
     }
-    return create_op(resample.INTERPOLATE, [t], attrs)[0]
+    # popxl: `interpolate_out` (python/popxl/ops/interpolate.py).
+    return create_op(resample.INTERPOLATE, [t], attrs, names=["interpolate_out"])[0]
 
 
 def roi_align(
@@ -42,4 +43,5 @@ def roi_align(
         "spatial_scale": float(spatial_scale),
         "sampling_ratio": int(sampling_ratio),
     }
-    return create_op(resample.ROI_ALIGN, [t, rois, batch_index], attrs)[0]
+    # popxl: `roi_align_out` (python/popxl/ops/roialign.py).
+    return create_op(resample.ROI_ALIGN, [t, rois, batch_index], attrs, names=["roi_align_out"])[0]

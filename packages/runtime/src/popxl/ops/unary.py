@@ -12,6 +12,11 @@ def _one(opdef: OpDef, t: Tensor, **attrs: object) -> Tensor:
     return create_op(opdef, [t], attrs)[0]
 
 
+def _inplace(opdef: OpDef, t: Tensor, name: str, **attrs: object) -> Tensor:
+    # popxl names the in-place forms `<op>_inplace_out` (e.g. python/popxl/ops/relu.py: relu_).
+    return create_op(opdef, [t], attrs, names=[name])[0]
+
+
 def ceil(t: Tensor) -> Tensor:
     """Elementwise ceiling; NaN stays NaN."""
     return _one(ew.CEIL, t)
@@ -39,7 +44,9 @@ def isinf(t: Tensor) -> Tensor:
 
 def isfinite(t: Tensor) -> Tensor:
     """Which elements are neither NaN nor infinite (bool)."""
-    return logical_not(logical_or(isnan(t), isinf(t)))
+    # As popxl (python/popxl/ops/isfinite.py): the result renamed `isfinite_out` by an identity.
+    out = logical_not(logical_or(isnan(t), isinf(t)))
+    return create_op(ew.IDENTITY, [out], names=["isfinite_out"])[0]
 
 
 def clip(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
@@ -73,32 +80,33 @@ def _increment_mod_attrs(op: str, increment: float, modulus: float) -> dict[str,
 
 def relu_(t: Tensor) -> Tensor:
     """Elementwise max(t, 0), in place."""
-    return _one(ew.RELU_INPLACE, t)
+    return _inplace(ew.RELU_INPLACE, t, "relu_inplace_out")
 
 
 def gelu_(t: Tensor) -> Tensor:
     """Elementwise GELU (tanh approximation), in place."""
-    return _one(ew.GELU_INPLACE, t)
+    return _inplace(ew.GELU_INPLACE, t, "gelu_inplace_out")
 
 
 def geluerf_(t: Tensor) -> Tensor:
     """Elementwise GELU with the exact error function, in place."""
-    return _one(ew.GELU_ERF_INPLACE, t)
+    return _inplace(ew.GELU_ERF_INPLACE, t, "geluerf_inplace_out")
 
 
 def exp_(t: Tensor) -> Tensor:
     """Elementwise exponential, in place."""
-    return _one(ew.EXP_INPLACE, t)
+    return _inplace(ew.EXP_INPLACE, t, "exp_inplace_out")
 
 
 def swish_(t: Tensor) -> Tensor:
     """Elementwise swish, in place."""
-    return _one(ew.SWISH_INPLACE, t)
+    return _inplace(ew.SWISH_INPLACE, t, "swish_inplace_out")
 
 
 def increment_mod_(t: Tensor, increment: float, modulus: float) -> Tensor:
     """`increment_mod`, in place."""
-    return _one(ew.INCREMENT_MOD_INPLACE, t, **_increment_mod_attrs("increment_mod_", increment, modulus))
+    attrs = _increment_mod_attrs("increment_mod_", increment, modulus)
+    return _inplace(ew.INCREMENT_MOD_INPLACE, t, "increment_mod_inplace_out", **attrs)
 
 
 def detach_(t: Tensor) -> Tensor:
