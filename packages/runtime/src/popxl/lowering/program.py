@@ -8,6 +8,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
@@ -123,6 +124,9 @@ class Program:
         donate = (0,) if donate_state is None or donate_state else ()
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
         self._checks = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)) if checks else None
+        # Checks that depend on nothing a run is given pass or fail alike in every run: evaluated once.
+        self._static_checks: bool | None = None
+        self._static_failure: str | None = None
 
     @property
     def buffer_memory_kind(self) -> str | None:
@@ -263,19 +267,36 @@ class Program:
         is the one given and there are no outputs)."""
         device_inputs = self._put_inputs(inputs)
         written_in, readonly = self._split(state)
-        if self._checks is not None and self.sites is not None:
-            error = self._checks(written_in, readonly, device_inputs)
-            codes = self.placement.fetch_all(error.code)
-            if codes.any():
-                replica = int(np.flatnonzero(codes)[0])
-                index = int(self.placement.fetch_all(error.offending)[replica])
-                what = self.sites.message(int(codes[replica]), index)
-                return state, {}, OutOfRangeError(f"{what} (replica {replica}); nothing was changed")
+        failure = self._failed_check(written_in, readonly, device_inputs)
+        if failure is not None:
+            return state, {}, failure
         written, outputs = self._step(written_in, readonly, device_inputs)
         # A run returns once the device has finished it, as in popxl, outputs or not.
         jax.block_until_ready(written)
         new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
         return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}, None
+
+    def _failed_check(self, *arguments: Any) -> OutOfRangeError | None:
+        """The first check that fails in a run with these arguments, or None."""
+        if self._checks is None:
+            return None
+        if self._static_checks is None:
+            self._static_checks = not _reads_arguments(self._checks.trace(*arguments).jaxpr)
+            if self._static_checks:
+                self._static_failure = self._evaluate_checks(arguments)
+        failure = self._static_failure if self._static_checks else self._evaluate_checks(arguments)
+        return None if failure is None else OutOfRangeError(failure)
+
+    def _evaluate_checks(self, arguments: tuple[Any, ...]) -> str | None:
+        assert self._checks is not None and self.sites is not None
+        error = self._checks(*arguments)
+        codes = self.placement.fetch_all(error.code)
+        if not codes.any():
+            return None
+        replica = int(np.flatnonzero(codes)[0])
+        index = int(self.placement.fetch_all(error.offending)[replica])
+        what = self.sites.message(int(codes[replica]), index)
+        return f"{what} (replica {replica}); nothing was changed"
 
     def _put_inputs(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, jax.Array]:
         # A run's host stream data stays on the host with the remote buffers; each host_load moves one transfer.
@@ -292,6 +313,16 @@ class Program:
 
     def _arguments(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> tuple[Any, ...]:
         return (*self._split(state), self._put_inputs(inputs))
+
+
+def _reads_arguments(closed: Any) -> bool:
+    """Whether any output of a traced program depends on its arguments (not on constants alone)."""
+    jaxpr = closed.jaxpr
+    live = {v for v in jaxpr.outvars if isinstance(v, jax.extend.core.Var)}
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in live for v in eqn.outvars):
+            live.update(v for v in eqn.invars if isinstance(v, jax.extend.core.Var))
+    return any(v in live for v in jaxpr.invars)
 
 
 def _unique(items: Any) -> list[Any]:
