@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import popart
 import popxl
 from popxl.extension import (
     Attrs,
@@ -29,7 +30,7 @@ from popxl.extension import (
 SUPPORTED_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
 
-class PatternNotAppliedError(RuntimeError):
+class PatternNotAppliedError(RuntimeError, popart.popart_exception):
     """A program still holds an op that only the op-to-identity rewrite can lower."""
 
 

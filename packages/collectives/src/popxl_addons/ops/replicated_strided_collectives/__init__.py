@@ -1,0 +1,26 @@
+"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives`.
+
+Re-exports what this project has (`popxl_addons.collectives`).
+"""
+
+from __future__ import annotations
+
+from popxl_addons.ops.replicated_strided_collectives.replicated_all_gather_strided import replicated_all_gather_strided
+from popxl_addons.ops.replicated_strided_collectives.replicated_all_reduce_strided import (
+    replicated_all_reduce_strided,
+    replicated_all_reduce_strided_graph,
+    replicated_all_reduce_strided_identical_grad_inputs,
+    replicated_all_reduce_strided_identical_inputs,
+)
+from popxl_addons.ops.replicated_strided_collectives.replicated_reduce_scatter_strided import (
+    replicated_reduce_scatter_strided,
+)
+
+__all__ = [
+    "replicated_all_gather_strided",
+    "replicated_all_reduce_strided",
+    "replicated_all_reduce_strided_identical_inputs",
+    "replicated_all_reduce_strided_identical_grad_inputs",
+    "replicated_all_reduce_strided_graph",
+    "replicated_reduce_scatter_strided",
+]

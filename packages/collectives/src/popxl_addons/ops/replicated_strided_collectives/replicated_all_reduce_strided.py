@@ -1,0 +1,20 @@
+"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives.replicated_all_reduce_strided`.
+
+Re-exports what this project has (`popxl_addons.collectives`).
+"""
+
+from __future__ import annotations
+
+from popxl_addons.collectives import (
+    replicated_all_reduce_strided,
+    replicated_all_reduce_strided_graph,
+    replicated_all_reduce_strided_identical_grad_inputs,
+    replicated_all_reduce_strided_identical_inputs,
+)
+
+__all__ = [
+    "replicated_all_reduce_strided",
+    "replicated_all_reduce_strided_identical_inputs",
+    "replicated_all_reduce_strided_identical_grad_inputs",
+    "replicated_all_reduce_strided_graph",
+]

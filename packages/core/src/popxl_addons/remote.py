@@ -1,0 +1,25 @@
+"""popxl-addons' `popxl_addons.remote`, re-exporting what this project has (`popxl_addons.core.remote`)."""
+
+from __future__ import annotations
+
+from popxl_addons.core.remote import (
+    NamedRemoteBuffers,
+    create_remote_buffer,
+    load_remote,
+    load_remote_graph,
+    named_buffers,
+    named_variable_buffers,
+    store_remote,
+    store_remote_graph,
+)
+
+__all__ = [
+    "load_remote_graph",
+    "store_remote_graph",
+    "named_buffers",
+    "named_variable_buffers",
+    "create_remote_buffer",
+    "NamedRemoteBuffers",
+    "load_remote",
+    "store_remote",
+]

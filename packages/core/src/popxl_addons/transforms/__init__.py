@@ -1,0 +1,49 @@
+"""popxl-addons' `popxl_addons.transforms`: every transform this project has, under popxl-addons' names."""
+
+from __future__ import annotations
+
+from popxl_addons import _compat
+from popxl_addons.transforms import (
+    available_memory_proportion,
+    batch_serialisation,
+    pipelining,
+    recomputation,
+    use_fc_pass,
+)
+from popxl_addons.transforms.autodiff import autodiff, autodiff_with_accumulation
+from popxl_addons.transforms.batch_serialisation import (
+    RemoteHandle,
+    batch_serial_buffer,
+    batch_serialise,
+    batch_serialise_fwd_and_grad,
+)
+from popxl_addons.transforms.recomputation import recompute_graph
+
+__all__ = [
+    "available_memory_proportion",
+    "batch_serialisation",
+    "pipelining",
+    "recomputation",
+    "use_fc_pass",
+    "autodiff",
+    "autodiff_with_accumulation",
+    "RemoteHandle",
+    "batch_serial_buffer",
+    "batch_serialise",
+    "batch_serialise_fwd_and_grad",
+    "recompute_graph",
+]
+
+# popxl-addons names that this project does not implement yet.
+__getattr__ = _compat.not_implemented(
+    __name__,
+    [
+        "pipelined_execution",
+        "add_recompute_inputs",
+        "set_available_memory_proportion_by_ipu",
+        "set_graph_available_memory_proportion_by_ipu",
+        "disable_fc_pass",
+        "enable_fc_pass",
+    ],
+    owner="popxl_addons.core",
+)

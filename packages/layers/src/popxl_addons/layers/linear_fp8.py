@@ -1,0 +1,10 @@
+"""popxl-addons' `popxl_addons.layers.linear_fp8`; this project does not implement it yet."""
+
+from __future__ import annotations
+
+from popxl_addons import _compat
+
+__all__: list[str] = []
+
+# popxl-addons names that this project does not implement yet.
+__getattr__ = _compat.not_implemented(__name__, ["LinearFP8"], owner="popxl_addons.layers")

@@ -1,0 +1,60 @@
+"""popxl-addons' layer paths, across the core and layers distributions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import popxl_addons as addons
+import popxl_addons.layers
+import popxl_addons.layers.layer_norm
+import popxl_addons.layers.linear
+from popxl_addons import _compat
+
+
+def test_layers_through_popxl_addons_paths() -> None:
+    assert addons.layers is popxl_addons.layers
+    assert addons.layers.Linear is popxl_addons.layers.linear.Linear
+    assert addons.layers.LayerNorm is popxl_addons.layers.layer_norm.LayerNorm
+    assert issubclass(addons.layers.Linear, addons.Module)
+
+
+def test_missing_layers_raise_not_implemented_yet() -> None:
+    import popxl_addons.layers.embedding
+
+    for module, name in [(popxl_addons.layers, "Embedding"), (popxl_addons.layers.embedding, "Embedding")]:
+        try:
+            getattr(module, name)
+        except _compat.NotImplementedYetError as e:
+            assert f"{module.__name__}.{name} is a popxl-addons name" in str(e)
+        else:  # implemented since: then it is the layers package's own class
+            assert getattr(module, name).__module__.startswith("popxl_addons.layers.")
+
+
+_HIDE_LAYERS = """
+import sys
+sys.path[:] = [p for p in sys.path if not p.startswith({layers_src!r})]
+import popxl_addons as addons
+assert not any(p.startswith({layers_src!r}) for p in addons.__path__), addons.__path__
+assert addons.Module.__name__ == "Module"
+try:
+    addons.layers
+except ModuleNotFoundError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_without_the_layers_distribution() -> None:
+    """Only core installed: `addons.layers` names the distribution to install (editable layout)."""
+    layers_src = Path(popxl_addons.layers.__file__).parents[2]
+    if layers_src == Path(addons.__file__).parents[1]:
+        pytest.skip("a regular install: the layers package shares core's folder and cannot be hidden here")
+    code = _HIDE_LAYERS.format(layers_src=str(layers_src))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert (
+        "MissingDistributionError popxl_addons.layers is shipped by the popxl-addons-layers distribution" in out.stdout
+    )
+    assert "pip install popxl-addons-layers" in out.stdout
