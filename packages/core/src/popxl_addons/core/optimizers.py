@@ -21,8 +21,10 @@ class AdamOptimizerStep(Module):
     `v̂ = v / (1 - beta2**t)` — decoupled weight decay (AdamW). The gradient is
     first divided by `loss_scaling`, and scaled by `global_norm_max / max(global_norm,
     global_norm_max)` when a `global_norm` is given. The first moment is kept in
-    `first_order_dtype` (float16 by default), the second in float32. A replica-sharded
-    `var` gets moments sharded the same way.
+    `first_order_dtype` (float16 by default), the second in float32; a float16 first moment has
+    popart's float16 arithmetic (the gradient cast to float16, float16 factors and bias correction,
+    and, without weight decay, a float16 update term), so it is PyTorch's AdamW to float16 precision.
+    A replica-sharded `var` gets moments sharded the same way.
     """
 
     @popxl.in_sequence()

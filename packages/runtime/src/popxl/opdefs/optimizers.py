@@ -61,27 +61,51 @@ def _updater_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec
     return [TensorSpec(m.shape, specs[2].dtype if attrs["weight"] else m.dtype)]
 
 
+def _rounded(x: jax.Array, dtype: Any) -> jax.Array:
+    """`x` rounded to `dtype` and held in float32 (or wider), even where XLA would keep excess precision.
+
+    popart computes a float16 tensor's arithmetic in float16; each such step is computed here in float32
+    and rounded, which gives the correctly rounded float16 result of an addition, a product, a quotient
+    or a square root.
+    """
+    y = x.astype(dtype)
+    if jnp.issubdtype(y.dtype, jnp.floating) and y.dtype.itemsize < 4:
+        info = jnp.finfo(y.dtype)
+        y = jax.lax.reduce_precision(y, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+    return y.astype(jnp.promote_types(y.dtype, jnp.float32))
+
+
 def _lower_updater(ctx: LoweringContext, attrs: Attrs, *values: jax.Array) -> list[jax.Array]:
-    """popart's AdamUpdater: mhat / (sqrt(vhat) + eps) (+ wd * w); AdaMax: mhat / (v + eps) (+ wd * w)."""
+    """popart's AdamUpdater: mhat / (sqrt(vhat) + eps) (+ wd * w); AdaMax: mhat / (v + eps) (+ wd * w).
+
+    The types are popart's: the first moment's bias correction is rounded to the first moment's type and
+    `mhat` computed in it, the rest in the second moment's type, the weight decay in the weight's; the
+    result has the weight's type when a weight is given, else the first moment's.
+    """
     m, v, *rest = values
     w = rest.pop(0) if attrs["weight"] else None
     step = rest.pop(0) if attrs["step"] else None
     wd, b1, b2, eps = (jnp.asarray(r, jnp.float32) for r in rest)
     mode = attrs["mode"]
     out_type = w.dtype if w is not None else m.dtype
-    mhat, vhat = m.astype(jnp.float32), v.astype(jnp.float32)
+    m_type, v_type = m.dtype, v.dtype
+    mhat, vhat = _rounded(m, m_type), _rounded(v, v_type)
     new_step = None
     if step is not None:
         new_step = step + 1
         t = new_step.astype(jnp.float32)
         if mode in ("adam", "lamb", "adamax"):
-            mhat = mhat / (1 - b1**t)
+            mhat = _rounded(mhat / _rounded(1 - b1**t, m_type), m_type)
         if mode in ("adam", "lamb"):
-            vhat = vhat / (1 - b2**t)
-    updater = mhat / (vhat + eps) if mode == "adamax" else mhat / (jnp.sqrt(vhat) + eps)
+            vhat = _rounded(vhat / _rounded(1 - b2**t, v_type), v_type)
+    if mode != "adamax":
+        vhat = _rounded(jnp.sqrt(vhat), v_type)
+    denominator = _rounded(vhat + _rounded(eps, v_type), v_type)
+    updater = _rounded(_rounded(mhat, v_type) / denominator, v_type)
     if w is not None:
-        updater = updater + wd * w.astype(jnp.float32)
-    outs = [updater.astype(out_type)]
+        decay = _rounded(_rounded(wd, out_type) * _rounded(w, out_type), out_type)
+        updater = _rounded(_rounded(updater, out_type) + decay, out_type)
+    outs = [_rounded(updater, out_type).astype(out_type)]
     return outs if new_step is None else [*outs, new_step]
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from popxl import dtypes
 from popxl.creation import constant
 from popxl.op import create_op
+from popxl.opdefs import elementwise as ew
 from popxl.opdefs import optimizers as opt
 from popxl.opdefs.var_updates import VAR_UPDATE
 from popxl.tensor import Tensor
@@ -36,9 +39,34 @@ def accumulate_mean_(t: Tensor, X: Tensor, step: float | Tensor) -> Tensor:
     return _update("accumulate_mean", t, X, _factor(step, t))
 
 
+def _in_type(x: Tensor, dtype: dtypes.dtype) -> Tensor:
+    return x if x.dtype == dtype else create_op(ew.CAST, [x], {"dtype": dtype})[0]
+
+
+def _moving_average(kind: str, t: Tensor, X: Tensor, f: float | Tensor) -> Tensor:
+    if not t.dtype.is_floating_point or t.dtype.itemsize >= 4:
+        return _update(kind, t, X, _factor(f, t))
+    # A narrower float accumulator (float16): popart casts X to the accumulator's type and applies f and
+    # 1 - f, each rounded to that type, so the weights the average gives X are float16 numbers (0.1 is
+    # 0.09997559), as are the bias corrections popart's Adam updater divides by.
+    x = _in_type(X, t.dtype)
+    if kind == "accumulate_moving_average_square":
+        x = create_op(ew.MUL, [x, x])[0]
+    if isinstance(f, Tensor):
+        keep, take = _in_type(f, t.dtype), _in_type(1 - f, t.dtype)
+    else:
+        f32 = np.float32(f)  # popart's factors are float32 before they meet the accumulator
+        keep, take = constant(f32, t.dtype), constant(np.float32(1) - f32, t.dtype)
+    name = t.name.split("/")[-1] + "_" + kind
+    return create_op(VAR_UPDATE, [t, x, keep, take], {"kind": "scaled_add"}, names=[name])[0]
+
+
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: float | Tensor) -> Tensor:
-    """`t = f * t + (1 - f) * X` in place."""
-    return _update("accumulate_moving_average", t, X, _factor(f, t))
+    """`t = f * t + (1 - f) * X` in place.
+
+    A float16 `t` follows popart: `X` is cast to float16, and `f` and `1 - f` are float16 numbers.
+    """
+    return _moving_average("accumulate_moving_average", t, X, f)
 
 
 def scaled_add_(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
@@ -52,8 +80,8 @@ def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
 
 
 def accumulate_moving_average_square_(t: Tensor, X: Tensor, f: float | Tensor) -> Tensor:
-    """`t = f * t + (1 - f) * X**2` in place."""
-    return _update("accumulate_moving_average_square", t, X, _factor(f, t))
+    """`t = f * t + (1 - f) * X**2` in place, a float16 `t` as in `accumulate_moving_average_`."""
+    return _moving_average("accumulate_moving_average_square", t, X, f)
 
 
 def accumulator_scale_(t: Tensor, f: float | Tensor) -> Tensor:
