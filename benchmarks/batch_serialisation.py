@@ -160,7 +160,7 @@ def main() -> None:
     p.add_argument(
         "--store-steps",
         type=lambda s: [int(v) for v in s.split(",")],
-        default=[8, 64, 256],
+        default=[8, 64, 256, 512],
         help="loop lengths (and buffer entries) for the per-store cost",
     )
     args = p.parse_args()
