@@ -306,3 +306,32 @@ def test_call_conditional_and_repeat_output_names() -> None:
             # without the open scopes, always suffixed.
             (out,) = ops.repeat(g, 2, x)
             assert re.fullmatch(r"y__t\d+", out.name), out.name
+
+
+def test_variable_update_names() -> None:
+    # var_updates/accumulate.py: `<prefix>__<t.name>`; copy_var_update.py: `updated__<t.name>`;
+    # scaled_add.py (in place): `scaled_add__<X.name>`.
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.name_scope("layer"):
+        w = popxl.variable(np.zeros((2, 2), np.float32), name="w")
+        x = popxl.constant(np.ones((2, 2), np.float32))
+        got = [
+            ops.var_updates.accumulate_(w, x).name,
+            ops.var_updates.accumulate_square_(w, x).name,
+            ops.var_updates.accumulate_mean_(w, x, 1.0).name,
+            ops.var_updates.accumulate_moving_average_(w, x, 0.9).name,
+            ops.var_updates.accumulate_moving_average_square_(w, x, 0.9).name,
+            ops.var_updates.accumulator_scale_(w, 0.5).name,
+            ops.var_updates.copy_var_update_(w, x).name,
+            ops.var_updates.sparse_accumulate_(w, x, popxl.constant(np.array([0, 1], np.int32))).name,
+            ops.scaled_add_(w, x).name,
+        ]
+    assert got[:6] == [
+        "layer/accumulate__layer/w",
+        "layer/accumulate_square__layer/w",
+        "layer/accumulate_mean__layer/w",
+        "layer/accumulate_moving_avg__layer/w",
+        "layer/accumulate_moving_avg_square__layer/w",
+        "layer/accumulator_scale__layer/w",
+    ]
+    assert got[6:] == ["layer/updated__layer/w", "layer/sparse_accumulate__layer/w", "layer/scaled_add__layer/w"]

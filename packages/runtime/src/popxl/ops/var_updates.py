@@ -19,9 +19,21 @@ def _factor(f: float | Tensor, like: Tensor) -> Tensor:
     return f if isinstance(f, Tensor) else constant(f, dtype)
 
 
+# popxl names each update's output `<prefix>__<t.name>`.
+_PREFIX = {
+    "accumulate": "accumulate",
+    "accumulate_square": "accumulate_square",
+    "accumulate_mean": "accumulate_mean",
+    "accumulate_moving_average": "accumulate_moving_avg",
+    "accumulate_moving_average_square": "accumulate_moving_avg_square",
+    "accumulator_scale": "accumulator_scale",
+    "scaled_add": "scaled_add",
+    "copy": "updated",
+}
+
+
 def _update(kind: str, t: Tensor, *inputs: Tensor) -> Tensor:
-    name = t.name.split("/")[-1] + "_" + kind
-    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[name])[0]
+    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[f"{_PREFIX[kind]}__{t.name}"])[0]
 
 
 def accumulate_(t: Tensor, X: Tensor, f: float | Tensor = 1.0) -> Tensor:
@@ -57,8 +69,7 @@ def _moving_average(kind: str, t: Tensor, X: Tensor, f: float | Tensor) -> Tenso
     else:
         f32 = np.float32(f)  # popart's factors are float32 before they meet the accumulator
         keep, take = constant(f32, t.dtype), constant(np.float32(1) - f32, t.dtype)
-    name = t.name.split("/")[-1] + "_" + kind
-    return create_op(VAR_UPDATE, [t, x, keep, take], {"kind": "scaled_add"}, names=[name])[0]
+    return create_op(VAR_UPDATE, [t, x, keep, take], {"kind": "scaled_add"}, names=[f"{_PREFIX[kind]}__{t.name}"])[0]
 
 
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: float | Tensor) -> Tensor:
@@ -103,7 +114,7 @@ def sparse_accumulate_(
     `W` only guides tile layout on an IPU and is accepted for compatibility.
     """
     inputs = [t, X, indices] + ([_factor(f, t)] if f is not None else [])
-    name = t.name.split("/")[-1] + "_sparse_accumulate"
+    name = f"sparse_accumulate__{t.name}"
     return create_op(opt.SPARSE_ACCUMULATE, inputs, {"axis": axis}, names=[name])[0]
 
 
