@@ -9,12 +9,16 @@
 - its outputs, and the gradients its gradient rule builds through popxl's
   autodiff, agree with `jax.vjp` of the same maths written directly (the
   example's `reference`).
+
+`float16_errors(opdef, factory)` runs the same example in float16 and in float32 (on the same
+float16-rounded inputs, at several input scales) and says how far apart the results are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -80,10 +84,14 @@ def _world(graphs: Sequence[Graph]) -> World:
     return World({r: _initial(r, 2) for r in used | {CHECK_RESULT}})
 
 
-def _build(opdef: OpDef, factory: ExampleFactory) -> tuple[Ir, Graph, Op, OpExample]:
+def _build(
+    opdef: OpDef, factory: ExampleFactory, inputs: Callable[[OpExample], Sequence[Array]] | None = None
+) -> tuple[Ir, Graph, Op, OpExample]:
     ir = Ir(replication=2)
     with ir.main_graph:
         example = factory(ir)
+        if inputs is not None:
+            example = replace(example, inputs=list(inputs(example)))
     graph = ir.create_empty_graph(f"sweep_{opdef.name}")
     with graph:
         xs = [
@@ -232,6 +240,122 @@ def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None
     got = _mapped(gradients, op, example.replicas)(inputs, [jnp.asarray(c) for c in cotangents])
     assert len(got) == len(want), f"{opdef.name}: {len(got)} gradients for {len(want)} inputs"
     _assert_close(got, want, example, [f"{opdef.name}: gradient of input {floats[k]}" for k in range(len(want))])
+
+
+def _scaled_float16(v: Array, scale: float, power: float) -> Array:
+    """A float32 input times `scale ** power` (scalars left alone: hyperparameters, steps, loss scales), in float16."""
+    a = np.asarray(v)
+    if a.dtype != np.float32:
+        return a
+    return (a if a.size <= 1 else a * np.float32(scale**power)).astype(np.float16)
+
+
+Results = tuple[list[Any], list[Any], list[Any]]
+_QUICK_COMPILE: dict[str, Any] = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def _op_runner(
+    opdef: OpDef, factory: ExampleFactory, inputs: Callable[[OpExample], Sequence[Array]], cotangent_seed: int
+) -> tuple[Callable[[Sequence[jax.Array]], Results], OpExample]:
+    """A traceable function of an example's input values.
+
+    It gives the graph's outputs, the final values of the floating inputs the op updates in place, and the
+    gradients autodiff builds for unit cotangents (rounded to float16, so that runs in any type get the same
+    values).
+    """
+    _, graph, op, example = _build(opdef, factory, inputs)
+    provided = [t for t in graph.outputs if t.dtype.is_floating_point]
+    floats = [i for i, t in enumerate(graph.inputs) if t.dtype.is_floating_point]
+    updated = [i for i in floats if i in op.modifies]
+    info = None
+    if opdef.grad is not None and provided and floats:
+        try:
+            info = autodiff(graph, grads_provided=provided, grads_required=[graph.inputs[i] for i in floats])
+        except AutodiffError:
+            info = None
+    rng = np.random.default_rng(cotangent_seed)
+    lead = (example.replicas,) if example.replicas > 1 else ()
+    dys = [rng.normal(size=(*lead, *t.shape)).astype(np.float16).astype(t.dtype.as_numpy()) for t in provided]
+
+    def run(values: Sequence[jax.Array], dys: Sequence[jax.Array]) -> Results:
+        ctx = _context([graph] if info is None else [graph, info.graph], op, example)
+        outs, finals = ctx.run_graph(graph, list(values))
+        if info is None:
+            return outs, [finals[i] for i in updated], []
+        known = dict(zip(graph.inputs, values)) | dict(zip(graph.outputs, outs))
+        given = dict(zip(provided, dys))
+        feeds = [
+            given[ec.fwd_tensor] if ec.connection_type is ExpectedConnectionType.FwdGrad else known[ec.fwd_tensor]
+            for ec in info.expected_inputs
+        ]
+        grads, _ = ctx.run_graph(info.graph, feeds)
+        return outs, [finals[i] for i in updated], grads
+
+    mapped = _mapped(run, op, example.replicas)
+    return lambda values: mapped(list(values), [jnp.asarray(d) for d in dys]), example
+
+
+def _relative_errors(name: str, low: Results, high: Results) -> dict[str, float]:
+    errors: dict[str, float] = {}
+    for kind, lows, highs in zip(("output", "updated input", "gradient"), low, high):
+        assert len(lows) == len(highs), f"{name}: {len(lows)} float16 {kind}s, {len(highs)} in float32"
+        for k, (a, b) in enumerate(zip(lows, highs)):
+            label = f"{name} {kind} {k}"
+            a64, b64 = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
+            if not dtypes.as_dtype(np.asarray(b)).is_floating_point:
+                np.testing.assert_array_equal(a64, b64, err_msg=label)
+                continue
+            finite = np.isfinite(b64)
+            if not np.isfinite(a64[finite]).all():
+                errors[label] = math.inf
+                continue
+            magnitude = max(float(np.abs(b64[finite]).max(initial=0.0)), 2.0**-14)
+            errors[label] = float(np.abs(a64[finite] - b64[finite]).max(initial=0.0)) / magnitude
+    return errors
+
+
+def float16_errors(
+    opdef: OpDef,
+    factory: ExampleFactory,
+    scales: Sequence[float] = (0.02, 1.0),
+    powers: Mapping[int, float] | None = None,
+    seed: int = 0,
+) -> dict[float, dict[str, float]]:
+    """How far an op kind's float16 results are from its float32 results on the same float16-rounded inputs.
+
+    For each scale, the example's float32 inputs are multiplied by it (input i by `scale ** powers[i]` where
+    given: 0 for coordinates or probabilities, 2 for a variance; scalars, such as hyperparameters, steps and
+    loss scales, keep their values) and rounded to float16; the op then runs on them as float16 and, cast
+    back, as float32. For each output, each floating input the op updates in place, and each gradient
+    autodiff builds, the result is the largest difference relative to the float32 result's magnitude (taken
+    as at least float16's smallest normal, 2**-14): 0 where the results are equal, infinity where the float16
+    result is not finite where the float32 one is. Integer and bool results must be equal. An op kind with no
+    float32 input gives no errors. Everything runs as one jitted program per op kind.
+    """
+    raw: list[Array] = []
+
+    def rounded(scale: float) -> list[Array]:
+        return [_scaled_float16(v, scale, (powers or {}).get(i, 1)) for i, v in enumerate(raw)]
+
+    def half(example: OpExample) -> list[Array]:
+        raw[:] = [np.asarray(v) for v in example.inputs]
+        return rounded(scales[0])
+
+    def single(values: Sequence[Any]) -> list[Any]:
+        return [v.astype(np.float32) if o.dtype == np.float32 else v for v, o in zip(values, raw)]
+
+    low, _ = _op_runner(opdef, factory, half, seed)
+    if not any(v.dtype == np.float32 for v in raw):
+        return {}
+    high, _ = _op_runner(opdef, factory, lambda example: single(rounded(scales[0])), seed)
+
+    def every_scale(values: Sequence[Sequence[jax.Array]]) -> list[tuple[Results, Results]]:
+        return [(low(v), high(single(v))) for v in values]
+
+    values = [[jnp.asarray(v) for v in rounded(scale)] for scale in scales]
+    # Compiled without LLVM's optimisations, which change no rounding and cost most of the time on small programs.
+    runs = jax.jit(every_scale).lower(values).compile(_QUICK_COMPILE)(values)
+    return {scale: _relative_errors(opdef.name, *run) for scale, run in zip(scales, runs)}
 
 
 def check_op(opdef: OpDef, factory: ExampleFactory) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from popxl.op import Attrs, OpDef, register
@@ -238,15 +239,17 @@ def _window(attrs: Attrs) -> dict[str, Any]:
 
 
 def _max_pool_lower(ctx: Any, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
-    lowest = jnp.array(-jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min, x.dtype)
+    # The initial values are NumPy scalars, known while tracing, so that JAX sees a max (or sum) reduction it can
+    # differentiate; a jnp value is a tracer under jit, and the generic reduction has no VJP.
+    lowest = np.array(-np.inf if jnp.issubdtype(x.dtype, jnp.floating) else np.iinfo(x.dtype).min, x.dtype)
     return [lax.reduce_window(x, lowest, lax.max, **_window(attrs))]
 
 
 def _average_pool_lower(ctx: Any, attrs: Attrs, x: jax.Array) -> list[jax.Array]:
     # Padding is not counted: each window averages the input elements it covers, as popart's pooling does.
     wide = x.astype(jnp.float32)
-    total = lax.reduce_window(wide, jnp.float32(0), lax.add, **_window(attrs))
-    count = lax.reduce_window(jnp.ones(x.shape[2:], jnp.float32)[None, None], jnp.float32(0), lax.add, **_window(attrs))
+    total = lax.reduce_window(wide, np.float32(0), lax.add, **_window(attrs))
+    count = lax.reduce_window(np.ones((1, 1, *x.shape[2:]), np.float32), np.float32(0), lax.add, **_window(attrs))
     return [(total / count).astype(x.dtype)]
 
 

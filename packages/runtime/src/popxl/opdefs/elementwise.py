@@ -156,7 +156,16 @@ SUB = _binary("sub", jnp.subtract, linear=True)
 MUL = _binary("mul", jnp.multiply, grad_needs={0: (1,), 1: (0,)})
 DIV = _binary("div", _div)
 FMOD = _binary("fmod", _fmod, differentiable=False)
-POW = _binary("pow", jnp.power)
+
+
+def _pow(a: jax.Array, b: jax.Array) -> jax.Array:
+    # Floating powers in float32: a ** (b - 1) and log(a) * a ** b of the gradient stay finite where the result does.
+    if not jnp.issubdtype(a.dtype, jnp.floating) or a.dtype == jnp.float32:
+        return jnp.power(a, b)
+    return jnp.power(a.astype(jnp.float32), b.astype(jnp.float32)).astype(a.dtype)
+
+
+POW = _binary("pow", _pow)
 MAXIMUM = _binary("maximum", jnp.maximum)
 MINIMUM = _binary("minimum", jnp.minimum)
 EQUAL = _binary("equal", jnp.equal, out_dtype=dtypes.bool_, differentiable=False)
