@@ -10,6 +10,9 @@ import pytest
 
 import popxl_addons as addons
 import popxl_addons.layers
+import popxl_addons.layers.conv
+import popxl_addons.layers.embedding
+import popxl_addons.layers.group_norm
 import popxl_addons.layers.layer_norm
 import popxl_addons.layers.linear
 from popxl_addons import _compat
@@ -22,10 +25,20 @@ def test_layers_through_popxl_addons_paths() -> None:
     assert issubclass(addons.layers.Linear, addons.Module)
 
 
-def test_missing_layers_raise_not_implemented_yet() -> None:
-    import popxl_addons.layers.embedding
+def test_embedding_group_norm_and_conv_through_popxl_addons_paths() -> None:
+    assert addons.layers.Embedding is popxl_addons.layers.embedding.Embedding
+    assert addons.layers.MULTISLICE_MAGIC_NUMBER == popxl_addons.layers.embedding.MULTISLICE_MAGIC_NUMBER == 16
+    assert addons.layers.GroupNorm is popxl_addons.layers.group_norm.GroupNorm
+    assert addons.layers.Conv2D is popxl_addons.layers.conv.Conv2D
+    for name in ("Embedding", "MULTISLICE_MAGIC_NUMBER", "GroupNorm", "Conv2D"):
+        assert name not in _compat.PENDING.get("popxl_addons.layers", frozenset())
+    from popxl_addons.layers import Conv2D, Embedding, GroupNorm  # noqa: F401  (popxl-addons programs' import)
 
-    for module, name in [(popxl_addons.layers, "Embedding"), (popxl_addons.layers.embedding, "Embedding")]:
+
+def test_missing_layers_raise_not_implemented_yet() -> None:
+    import popxl_addons.layers.linear_fp8
+
+    for module, name in [(popxl_addons.layers.linear_fp8, "LinearFP8")]:
         try:
             getattr(module, name)
         except _compat.NotImplementedYetError as e:
