@@ -19,7 +19,7 @@ PACKAGES = {
 # the `popxl_addons` package itself (popxl-addons' paths, with `popxl_addons.core` inside it) and
 # collectives popxl-addons' paths of its ops.
 TYPECHECK = {
-    "runtime": ["popxl", "popart"],
+    "runtime": ["popxl", "popart", "popdist"],
     "core": ["popxl_addons"],
     "collectives": [
         "popxl_addons.collectives",
