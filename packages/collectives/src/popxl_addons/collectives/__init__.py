@@ -1,4 +1,5 @@
-"""popxl-addons collectives: tensor-parallel all-reduces with special gradients, and strided collectives."""
+"""popxl-addons collectives: tensor-parallel all-reduces with special gradients, strided collectives, and
+the cross entropy of logits whose classes are sharded."""
 
 from popxl_addons.collectives.all_reduce_tp import (
     PatternNotAppliedError,
@@ -6,6 +7,7 @@ from popxl_addons.collectives.all_reduce_tp import (
     replicated_all_reduce_identical_grad_inputs,
     replicated_all_reduce_identical_inputs,
 )
+from popxl_addons.collectives.cross_entropy_sharded import cross_entropy_sharded_loss, cross_entropy_sharded_wr_loss
 from popxl_addons.collectives.strided import (
     replicated_all_gather_strided,
     replicated_all_reduce_strided,
@@ -17,6 +19,8 @@ from popxl_addons.collectives.strided import (
 
 __all__ = [
     "PatternNotAppliedError",
+    "cross_entropy_sharded_loss",
+    "cross_entropy_sharded_wr_loss",
     "replicated_all_reduce",
     "replicated_all_reduce_identical_grad_inputs",
     "replicated_all_reduce_identical_inputs",
