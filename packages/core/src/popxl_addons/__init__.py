@@ -79,16 +79,28 @@ from popxl_addons.core.array_munging import (  # noqa: E402
     unshard_arrays,
 )
 from popxl_addons.core.autodiff import autodiff, autodiff_with_accumulation  # noqa: E402
+from popxl_addons.core.available_memory import (  # noqa: E402
+    set_available_memory_proportion_by_ipu,
+    set_graph_available_memory_proportion_by_ipu,
+)
 from popxl_addons.core.batch_serialisation import (  # noqa: E402
     RemoteHandle,
     batch_serial_buffer,
     batch_serialise,
     batch_serialise_fwd_and_grad,
 )
+from popxl_addons.core.cross_entropy import cross_entropy, cross_entropy_with_grad  # noqa: E402
 from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs  # noqa: E402
 from popxl_addons.core.graph_cache import GraphCache  # noqa: E402
 from popxl_addons.core.module import Module  # noqa: E402
 from popxl_addons.core.named_tensors import NamedTensors  # noqa: E402
+from popxl_addons.core.performance_utils import (  # noqa: E402
+    evaluate_FLOPs,
+    evaluate_ir_FLOPs,
+    format_flops_scientific,
+    print_FLOPs,
+    total_FLOPs,
+)
 from popxl_addons.core.recomputation import recompute_graph  # noqa: E402
 from popxl_addons.core.remote import (  # noqa: E402
     create_remote_buffer,
@@ -101,6 +113,7 @@ from popxl_addons.core.route_tensor import is_subgraph, route_tensor_into_graph 
 from popxl_addons.core.seed_variable import seed_variable  # noqa: E402
 from popxl_addons.core.streams import InputStreams, OutputStreams, host_load, host_store  # noqa: E402
 from popxl_addons.core.task_session import TaskSession, write_variables_pb  # noqa: E402
+from popxl_addons.core.utils import OrderedDict, WeightsDict, duplicate_items, suffix_graph_name, timer  # noqa: E402
 from popxl_addons.core.variable_factory import (  # noqa: E402
     NamedVariableFactories,
     VariableFactory,
@@ -130,28 +143,12 @@ _NOT_IMPLEMENTED = (
     "NameScopeMeta",
     "create_grad_graph_info",
     # ops
-    "cross_entropy",
-    "cross_entropy_with_grad",
     "fp8_amax_scale",
     # transforms
     "pipelined_execution",
     "add_recompute_inputs",
-    "set_available_memory_proportion_by_ipu",
-    "set_graph_available_memory_proportion_by_ipu",
     "disable_fc_pass",
     "enable_fc_pass",
-    # utils
-    "timer",
-    "OrderedDict",
-    "WeightsDict",
-    "suffix_graph_name",
-    "duplicate_items",
-    # performance_utils
-    "total_FLOPs",
-    "evaluate_ir_FLOPs",
-    "evaluate_FLOPs",
-    "print_FLOPs",
-    "format_flops_scientific",
     # debugging
     "print_tensor",
     "print_text",
@@ -169,6 +166,20 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "cross_entropy",
+    "cross_entropy_with_grad",
+    "set_available_memory_proportion_by_ipu",
+    "set_graph_available_memory_proportion_by_ipu",
+    "timer",
+    "OrderedDict",
+    "WeightsDict",
+    "suffix_graph_name",
+    "duplicate_items",
+    "total_FLOPs",
+    "evaluate_ir_FLOPs",
+    "evaluate_FLOPs",
+    "print_FLOPs",
+    "format_flops_scientific",
     "variable_factory",
     "rts",
     "patterns",

@@ -1,10 +1,10 @@
-"""popxl-addons' `popxl_addons.testing_utils`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.testing_utils`.
+
+Re-exports what this project has (`popxl_addons.core.testing_utils`).
+"""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.core.testing_utils import TensorInput, ops_of_type, run_module
 
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["ops_of_type", "TensorInput", "run_module"], owner="popxl_addons.core")
+__all__ = ["ops_of_type", "TensorInput", "run_module"]

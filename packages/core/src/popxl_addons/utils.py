@@ -1,12 +1,15 @@
-"""popxl-addons' `popxl_addons.utils`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.utils`.
+
+Re-exports what this project has (`popxl_addons.core.utils`).
+"""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.core.utils import OrderedDict, WeightsDict, timer
 
-__all__: list[str] = []
+# popxl-addons' names outside its `__all__`, re-exported too.
+from popxl_addons.core.utils import duplicate_items as duplicate_items
+from popxl_addons.core.utils import suffix_graph_name as suffix_graph_name
 
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__, ["timer", "OrderedDict", "WeightsDict", "suffix_graph_name", "duplicate_items"], owner="popxl_addons.core"
-)
+# popxl-addons' own `__all__`.
+__all__ = ["timer", "OrderedDict", "WeightsDict"]

@@ -111,6 +111,35 @@ class Graph:
         """The ops that run this graph (calls, loops), in creation order."""
         return tuple(self._call_sites)
 
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        """The graphs this graph's ops run (not those they run in turn), each once, in the order first run."""
+        found: dict[int, Graph] = {}
+        for op in self._ops:
+            for sub in op.subgraphs:
+                found.setdefault(id(sub.graph), sub.graph)
+        return tuple(found.values())
+
+    def remove_ops(self, removed: Iterable[Op]) -> None:
+        """Take `removed` (ops of this graph) out of it, and out of the call sites of the graphs they run.
+
+        Their outputs stay in the graph with no producer: an op still reading one is refused.
+        """
+        gone = {id(op): op for op in removed}
+        strangers = [op.name for op in gone.values() if not any(op is mine for mine in self._ops)]
+        if strangers:
+            raise ValueError(f"Cannot remove ops {strangers} from graph {self.id!r}: they are not its ops")
+        orphaned = {id(t) for op in gone.values() for t in op.outputs}
+        readers = [op.name for op in self._ops if id(op) not in gone and any(id(t) in orphaned for t in op.inputs)]
+        if readers:
+            raise ValueError(f"Cannot remove ops from graph {self.id!r}: ops {readers} read their outputs")
+        for op in gone.values():
+            for sub in op.subgraphs:
+                sub.graph._call_sites = [site for site in sub.graph._call_sites if id(site) not in gone]
+        self._ops = [op for op in self._ops if id(op) not in gone]
+        for i, op in enumerate(self._ops):
+            op.index = i
+
     def is_by_ref(self, t: Tensor) -> bool:
         """Whether graph input `t` is passed by reference (its callers see its in-place updates)."""
         return t in self._by_ref_inputs

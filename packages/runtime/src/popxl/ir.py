@@ -35,14 +35,21 @@ class SessionOptions:
 
 
 class _PbIr:
-    """Stand-in for popxl's internal IR handle: only session options are kept."""
+    """Stand-in for popxl's internal IR handle: the session options, and the Ir's graphs."""
 
-    def __init__(self) -> None:
+    def __init__(self, ir: Ir) -> None:
         self._options = SessionOptions()
+        self._ir = ir
 
     def getSessionOptions(self) -> SessionOptions:
         """The mutable session options."""
         return self._options
+
+    def getAllGraphs(self) -> list[Graph]:
+        """Every graph of the Ir, the main graph included, ordered by id (the main graph's, "", first), as
+        popart's `Ir::getAllGraphs` lists every graph created, called or not. These are popxl Graphs, not
+        popart's."""
+        return sorted(self._ir.graphs, key=lambda g: g.id)
 
 
 class Ir:
@@ -54,7 +61,7 @@ class Ir:
         self._buffer_counter = itertools.count(1)
         self._replication_factor = 1
         self._num_host_transfers = 1
-        self._pb_ir = _PbIr()
+        self._pb_ir = _PbIr(self)
         self._dot_ordinal = itertools.count(1)
         self._session_created = False
         self._graphs: list[Graph] = []

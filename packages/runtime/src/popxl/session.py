@@ -189,6 +189,11 @@ class Session:
         # num_host_transfers may still change after the Session is created, as in popxl.
         return HostLayout(self.ir.num_host_transfers, self.ir.replication_factor, self.local_replicas)
 
+    def _full_input_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The host shape of data for a stream of `shape`, as popxl gives it: `(num_host_transfers,)` first
+        when there are several transfers, then `(local replicas,)` when replicated, then `shape`."""
+        return self.host_layout.shape(tuple(shape))
+
     def _to_replica_major(self, stream: HostToDeviceStream, data: Any, downcast: bool = True) -> Array:
         layout = self.host_layout
         arr = to_numpy(data, downcast=False, copy=False)

