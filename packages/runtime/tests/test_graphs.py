@@ -209,3 +209,20 @@ def test_in_sequence_and_annotations_are_recorded() -> None:
     assert d.producer is ops_[2] and ops_[2].placement.tile_set == "io"
     with pytest.raises(TypeError):
         popxl.in_sequence(None)  # type: ignore[arg-type]
+
+
+def test_remove_ops_takes_ops_out_and_refuses_what_it_would_orphan() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        sub = ir.create_graph(lambda t: t + 1, x.spec)
+        (y,) = ops.call(sub, x)
+        y * 2
+    call, mul = ir.main_graph.ops[-2:]
+    with pytest.raises(ValueError, match="read their outputs"):
+        ir.main_graph.remove_ops([call])
+    ir.main_graph.remove_ops([call, mul])
+    assert call not in ir.main_graph.ops and mul not in ir.main_graph.ops
+    assert sub.call_sites == () and [op.index for op in ir.main_graph.ops] == list(range(len(ir.main_graph.ops)))
+    with pytest.raises(ValueError, match="not its ops"):
+        ir.main_graph.remove_ops([mul])
