@@ -115,11 +115,11 @@ def test_poprun_runs_a_popxl_program_over_two_instances(tmp_path: Path) -> None:
         import popxl
         from popxl import ops
 
-        popdist.init()
+        # As popxl programs do: the Ir joins the launch and spans every instance's replicas.
+        ir = popxl.Ir(replication="popdist")
         total, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
         offset = popdist.getReplicaIndexOffset()
-        ir = popxl.Ir(replication=total)
-        popdist.popart.configureSessionOptions(ir.session_options)
+        assert ir.replication_factor == total
         assert ir.session_options.globalReplicationFactor == total and ir.session_options.globalReplicaOffset == offset
         with ir.main_graph, popxl.in_sequence(True):
             h = popxl.h2d_stream((3,), popxl.float32, "x")
@@ -132,7 +132,7 @@ def test_poprun_runs_a_popxl_program_over_two_instances(tmp_path: Path) -> None:
             ops.host_store(d, s + ops.collectives.replicated_all_reduce(x, group=pairs))
         assert ir.instance_replication_factor == local
         x = np.arange(12, dtype=np.float32).reshape(4, 3)
-        with popxl.Session(ir, "cpu", replica_mode="devices") as session:
+        with popxl.Session(ir, "ipu_hw") as session:
             assert session.local_replicas == local
             out = session.run({h: x[offset : offset + local]})[d]
             final = session.get_tensor_data(v)

@@ -116,3 +116,11 @@ def test_engine_options_are_recorded() -> None:
     opts = ir._pb_ir.getSessionOptions()
     opts.engineOptions["debug.instrument"] = "true"
     assert ir.session_options.engineOptions == {"debug.instrument": "true"}
+
+
+def test_popdist_replication_outside_a_launch_is_one_instance_of_one_replica() -> None:
+    ir = popxl.Ir(replication="popdist")
+    assert ir.replication_factor == 1 and ir.instance_replication_factor == 1
+    assert ir.session_options.globalReplicationFactor == 1 and ir.session_options.globalReplicaOffset == 0
+    with pytest.raises(ValueError, match="replication must be a number of replicas or 'popdist', got 'mpi'"):
+        popxl.Ir(replication="mpi")

@@ -30,6 +30,12 @@ class SessionOptions:
         self.enableEngineCaching = False
         self.cachePath = ""
         self.useHostCopyOps = False
+        # The replica layout of a launch across instances (popdist.popart.configureSessionOptions sets them).
+        self.replicatedGraphCount = 1
+        self.enableReplicatedGraphs = False
+        self.enableDistributedReplicatedGraphs = False
+        self.globalReplicationFactor = 1
+        self.globalReplicaOffset = 0
         self.enableExplicitMainLoops = False
         self.explicitRecomputation = False
 
@@ -56,6 +62,8 @@ class Ir:
     """A popxl program: a main graph, subgraphs, replication and host-transfer settings."""
 
     def __init__(self, replication: int | str = 1) -> None:
+        """`replication` is the number of replicas, or "popdist": the replicas of every instance of a poprun
+        launch (this process joins the others through `popdist.init()`)."""
         self._graph_counter = itertools.count()
         self._dedup_counter = itertools.count()
         self._buffer_counter = itertools.count(1)
@@ -66,7 +74,20 @@ class Ir:
         self._session_created = False
         self._graphs: list[Graph] = []
         self.main_graph = Graph(self, "", "main_graph")
-        self.replication_factor = 1 if replication == "popdist" else int(replication)
+        if replication == "popdist":
+            self._join_popdist()
+        elif isinstance(replication, str):
+            raise ValueError(f"replication must be a number of replicas or 'popdist', got {replication!r}")
+        else:
+            self.replication_factor = int(replication)
+
+    def _join_popdist(self) -> None:
+        import popdist
+        import popdist.popart
+
+        popdist.init()
+        popdist.popart.configureSessionOptions(self.session_options)
+        self.replication_factor = popdist.getNumTotalReplicas()
 
     @property
     def session_options(self) -> SessionOptions:
