@@ -15,12 +15,22 @@ from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Variable
 from popxl.utils import to_numpy
 
+_WIDE = (np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.float64))
+
 
 def _as_array(
-    data: Any, dtype: Any | None, log2_scale: int | None = None, nan_on_overflow: bool | None = None
+    data: Any,
+    dtype: Any | None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+    downcast: bool = True,
 ) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
     """A C-ordered copy of `data` in its host representation: float8 data as popxl's bytes, converted from
-    numbers by `cast(data * 2**log2_scale)` when it is not already float8."""
+    numbers by `cast(data * 2**log2_scale)` when it is not already float8.
+
+    As in popxl, `downcast` applies when no `dtype` is given: 64-bit data (Python ints and floats included)
+    narrows to 32 bits, and with `downcast=False` it would stay 64-bit, which no tensor here can be, so
+    that is refused naming `downcast`."""
     is_float8 = isinstance(data, np.ndarray) and data.dtype in dtypes.FLOAT8_HOST
     dt = dtypes.as_dtype(dtype) if dtype is not None else (dtypes.FLOAT8_HOST[data.dtype] if is_float8 else None)
     if dt in FLOAT8:
@@ -32,18 +42,27 @@ def _as_array(
         return host_pow2scale_cast_to_fp8(data, dt, log2_scale or 0, overflow), dt
     if log2_scale is not None or nan_on_overflow is not None:
         raise RuntimeError("log2_scale and nan_on_overflow apply to popxl.float8_143 and popxl.float8_152 only")
-    arr = to_numpy(data, copy=False)
+    arr = to_numpy(data, copy=False, downcast=downcast)
+    if dt is None and arr.dtype in _WIDE:
+        raise TypeError(
+            f"downcast=False keeps {arr.dtype} data 64-bit, as popxl does, and this runtime has no 64-bit "
+            f"tensors (XLA here runs without 64-bit types): leave downcast=True or give a 32-bit dtype"
+        )
     dt = dt if dt is not None else dtypes.as_dtype(arr)
     return np.array(arr, dtype=dt.as_numpy(), order="C"), dt
 
 
 def _variable_data(
-    data: Any, dtype: Any | None, log2_scale: int | None = None, nan_on_overflow: bool | None = None
+    data: Any,
+    dtype: Any | None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+    downcast: bool = True,
 ) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
     """Host data for a variable: an `np.memmap` is kept as it is, so that the variable's host value lives in
     the file (checked as popxl checks it); anything else is copied."""
     if not isinstance(data, np.memmap):
-        return _as_array(data, dtype, log2_scale, nan_on_overflow)
+        return _as_array(data, dtype, log2_scale, nan_on_overflow, downcast)
     if dtype is not None and dtypes.as_dtype(dtype).as_numpy() != data.dtype:
         raise ValueError(
             "When passing a memory-mapped NumPy array, the `dtype` parameter must be None or the same as "
@@ -69,7 +88,7 @@ def constant(
 ) -> Constant:
     """An immutable tensor of the current graph holding `data` (64-bit data is narrowed; float8 data is
     converted from numbers scaled by `2**log2_scale`)."""
-    arr, dt = _as_array(data, dtype, log2_scale, nan_on_overflow)
+    arr, dt = _as_array(data, dtype, log2_scale, nan_on_overflow, downcast)
     return Constant(context.gcg(), context.name_scope_prefix() + (name or "t"), dtypes.device_view(arr), dt)
 
 
@@ -81,11 +100,12 @@ def _variable_args(
     name: str | None,
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
+    downcast: bool = True,
 ) -> tuple[np.ndarray[Any, Any], dtypes.dtype, ReplicaGrouping, str]:
     g = context.gcg()
     if g is not g.ir.main_graph:
         raise ValueError(f"Variables can only be created in the main graph, not in {g.id!r}")
-    arr, dt = _variable_data(data, dtype, log2_scale, nan_on_overflow)
+    arr, dt = _variable_data(data, dtype, log2_scale, nan_on_overflow, downcast)
     grouping = replica_grouping if replica_grouping is not None else g.ir.replica_grouping()
     if isinstance(arr, np.memmap) and not grouping.is_const:
         warnings.warn(
@@ -122,7 +142,7 @@ def variable(
     or numbers converted by `cast(data * 2**log2_scale)`.
     """
     arr, dt, grouping, mode = _variable_args(
-        data, dtype, replica_grouping, retrieval_mode, name, log2_scale, nan_on_overflow
+        data, dtype, replica_grouping, retrieval_mode, name, log2_scale, nan_on_overflow, downcast
     )
     return Variable(context.gcg(), context.name_scope_prefix() + (name or "t"), arr, dt, grouping, mode)
 
@@ -138,9 +158,10 @@ def _remote(
     sharded: bool,
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
+    downcast: bool = True,
 ) -> RemoteVariable:
     arr, dt, grouping, mode = _variable_args(
-        data, dtype, replica_grouping, retrieval_mode, name, log2_scale, nan_on_overflow
+        data, dtype, replica_grouping, retrieval_mode, name, log2_scale, nan_on_overflow, downcast
     )
     group_shape = tuple(arr.shape[1:] if grouping.num_groups > 1 else arr.shape)
     shard_over = None
@@ -195,7 +216,17 @@ def remote_variable(
 ) -> RemoteVariable:
     """A variable stored in entry `offset` of `remote_buffer` (load it with `ops.remote_load`)."""
     return _remote(
-        data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, False, log2_scale, nan_on_overflow
+        data,
+        remote_buffer,
+        offset,
+        dtype,
+        name,
+        replica_grouping,
+        retrieval_mode,
+        False,
+        log2_scale,
+        nan_on_overflow,
+        downcast,
     )
 
 
@@ -213,7 +244,17 @@ def remote_replica_sharded_variable(
 ) -> RemoteVariable:
     """A variable whose shards over each replica group are stored in entry `offset` of a sharded buffer."""
     return _remote(
-        data, remote_buffer, offset, dtype, name, replica_grouping, retrieval_mode, True, log2_scale, nan_on_overflow
+        data,
+        remote_buffer,
+        offset,
+        dtype,
+        name,
+        replica_grouping,
+        retrieval_mode,
+        True,
+        log2_scale,
+        nan_on_overflow,
+        downcast,
     )
 
 
@@ -235,7 +276,7 @@ def replica_sharded_variable(
     shard, is what the program uses. Weights going to the device load the
     shard from the buffer; weights going to the host store it back.
     """
-    arr, dt = _variable_data(data, dtype, log2_scale, nan_on_overflow)
+    arr, dt = _variable_data(data, dtype, log2_scale, nan_on_overflow, downcast)
     buffer = replica_sharded_buffer(arr.shape, dt, replica_grouping, shard_over)
     whole = remote_replica_sharded_variable(arr, buffer, 0, dt, name, downcast, replica_grouping, retrieval_mode)
     return whole, loaded_variable(whole, whole.name + "_rts")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from popxl import context
+from popxl import context, ipu_only
 from popxl.creation import constant
 from popxl.graph import Graph
 from popxl.op import Op, OpDef, add_op
@@ -48,10 +48,10 @@ class CallSiteInfo:
     def graph_to_parent(self, t: Tensor) -> Tensor:
         """The parent tensor connected to graph input or output `t`."""
         g = self.called_graph
-        if t in g.inputs:
-            return self._op.inputs[g.inputs.index(t)]
-        if t in g.outputs:
-            return self._op.outputs[g.outputs.index(t)]
+        for graph_tensors, parents in ((g.inputs, self._op.inputs), (g.outputs, self._op.outputs)):
+            for i, graph_tensor in enumerate(graph_tensors):
+                if graph_tensor is t:
+                    return parents[i]
         raise ValueError(f"{t} is neither an input nor an output of {g.id!r}")
 
     def parent_to_graph(self, p: Tensor) -> Tensor:
@@ -78,10 +78,17 @@ class CallSiteInfo:
         return index
 
     def set_parent_input_modified(self, p: Tensor, infer_modified_regions: bool = False) -> None:
-        """Mark parent tensor `p` as modified by this call: the graph's in-place updates of it reach `p`."""
+        """Mark parent tensor `p` as modified by this call: the graph's in-place updates of it reach `p`.
+
+        The call writes the graph input's final value back to `p` whole; popart's
+        `infer_modified_regions` (narrowing the aliased region for its own analysis) changes no value, and
+        is recorded only (`popxl.ipu_only`)."""
         if self._op.opdef is not CALL:
             raise TypeError(f"Only a call's parent inputs can be marked modified, not those of {self._op}")
-        index = self.called_graph.inputs.index(self.parent_to_graph(p))
+        ipu_only.record(self._op, infer_modified_regions=infer_modified_regions)
+        index = next((i for i, t in enumerate(self._op.inputs) if t is p), None)
+        if index is None:
+            raise ValueError(f"{p} is not an input of this call of {self.called_graph.id!r}")
         modified = sorted({*self._op.attrs["modified"], index})
         self._op.attrs = {**self._op.attrs, "modified": tuple(modified)}
 
@@ -113,26 +120,40 @@ def _coerce(value: Any, graph_input: Tensor, parent: Graph) -> Tensor:
 def bind_inputs(
     graph: Graph, inputs: Sequence[Any], inputs_dict: Mapping[Tensor, Any] | None, check_inputs: bool = True
 ) -> list[Tensor]:
-    """The parent tensors for each input of `graph`, from positional and keyed values."""
+    """The parent tensors for each input of `graph`, from positional and keyed values.
+
+    popxl's `check_inputs=True` raises here when an input is missing. With `check_inputs=False` popxl
+    skips that check and creates the op with the input unconnected, which popart can only reject later;
+    an op here feeds every graph input, so a missing one is refused at once all the same, by an error
+    that names `check_inputs=False`.
+    """
     parent = context.gcg()
+    graph_inputs = graph.inputs
+    position = {t: i for i, t in enumerate(graph_inputs)}
     flat: list[Any] = []
     for v in inputs:
         flat.extend(v if isinstance(v, list | tuple) else [v])
-    if len(flat) > len(graph.inputs):
-        raise ValueError(f"{len(flat)} inputs given but graph {graph.id!r} has only {len(graph.inputs)}")
-    bound = {i: _coerce(v, graph.inputs[i], parent) for i, v in enumerate(flat)}
+    if len(flat) > len(graph_inputs):
+        raise ValueError(f"{len(flat)} inputs given but graph {graph.id!r} has only {len(graph_inputs)}")
+    bound = {i: _coerce(v, graph_inputs[i], parent) for i, v in enumerate(flat)}
     for k, v in (inputs_dict or {}).items():
-        if not isinstance(k, Tensor) or k not in graph.inputs:
+        i = position.get(k) if isinstance(k, Tensor) else None
+        if i is None:
             raise ValueError(f"{k!r} is not an input of graph {graph.id!r}")
-        i = graph.inputs.index(k)
         if i in bound:
             raise ValueError(f"Input {k.id} of graph {graph.id!r} is given twice")
         bound[i] = _coerce(v, k, parent)
-    missing = [t.id for i, t in enumerate(graph.inputs) if i not in bound]
+    missing = [t.id for i, t in enumerate(graph_inputs) if i not in bound]
     if missing:
-        connected = [t.id for i, t in enumerate(graph.inputs) if i in bound]
+        connected = [t.id for i, t in enumerate(graph_inputs) if i in bound]
+        if not check_inputs:
+            raise ValueError(
+                f"check_inputs=False: graph {graph.id!r} would run with inputs {missing} unconnected, as "
+                f"popxl would build it; this runtime connects every graph input when the op is created, so "
+                f"provide them all (connected: {connected})"
+            )
         raise ValueError(f"Graph {graph.id!r} is missing inputs.\n  missing: {missing}\n  connected: {connected}")
-    return [bound[i] for i in range(len(graph.inputs))]
+    return [bound[i] for i in range(len(graph_inputs))]
 
 
 def _create(kind: OpDef, graph: Graph, parents: list[Tensor], attrs: dict[str, Any]) -> Op:
@@ -142,7 +163,7 @@ def _create(kind: OpDef, graph: Graph, parents: list[Tensor], attrs: dict[str, A
 def call_with_info(
     graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None, check_inputs: bool = True
 ) -> CallSiteInfo:
-    """Call `graph` and return the call site's info."""
+    """Call `graph` and return the call site's info (see `bind_inputs` for `check_inputs`)."""
     parents = bind_inputs(graph, inputs, inputs_dict, check_inputs)
     return CallSiteInfo(_create(CALL, graph, parents, {"modified": by_ref_indices(graph)}))
 
@@ -160,12 +181,16 @@ def repeat(
 
 
 def repeat_with_info(
-    graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
+    graph: Graph,
+    repeat_count: int,
+    *inputs: Any,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
+    check_inputs: bool = True,
 ) -> CallSiteInfo:
-    """`repeat`, returning the loop's call-site info."""
+    """`repeat`, returning the loop's call-site info (`check_inputs` as for `call_with_info`)."""
     if repeat_count < 0:
         raise ValueError(f"repeat_count must be >= 0, got {repeat_count}")
-    parents = bind_inputs(graph, inputs, inputs_dict)
+    parents = bind_inputs(graph, inputs, inputs_dict, check_inputs)
     # popxl (python/popxl/ops/repeat.py, _setup_outputs) names each output after the graph's, made
     # unique by the Ir's counter twice (the loop body's output, then the loop's): `<name>__t<c+1>`,
     # without the name scopes open at the call.
@@ -223,10 +248,12 @@ class ConditionalSiteInfo(CallSiteInfo):
     def graph_to_parent(self, t: Tensor) -> Tensor:
         """The parent tensor connected to an input or output of either branch."""
         for then_branch, graph in zip((True, False), self.called_graph):
-            if t in graph.inputs:
-                return self._op.inputs[self.graph_to_parent_input_index(graph.inputs.index(t), then_branch)]
-            if t in graph.outputs:
-                return self._op.outputs[graph.outputs.index(t)]
+            for i, graph_tensor in enumerate(graph.inputs):
+                if graph_tensor is t:
+                    return self._op.inputs[self.graph_to_parent_input_index(i, then_branch)]
+            for i, graph_tensor in enumerate(graph.outputs):
+                if graph_tensor is t:
+                    return self._op.outputs[i]
         raise ValueError(f"Tensor {t.name} is not an input or output of the called graph(s).")
 
     def parent_to_graph(self, p: Tensor) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from popxl import ipu_only
 from popxl.op import create_op
 from popxl.opdefs import conv as c
 from popxl.tensor import Tensor
@@ -27,9 +28,26 @@ def conv(
     """Convolution of `t` (N, C, *spatial) with `weight` (M, C/groups, *kernel); pads are [begins..., ends...].
 
     The defaults are popxl's, written for 2-D; for 1-D or 3-D inputs give values per spatial axis. The
-    memory, partials and dithering options tune the IPU's convolution and change nothing here.
+    memory, partials and dithering options tune the IPU's convolution and change nothing here (`popxl.ipu_only`).
     """
-    return create_op(c.CONV, [t, weight], conv_attrs(t, stride, padding, dilation, groups, pad_type))[0]
+    out = create_op(c.CONV, [t, weight], conv_attrs(t, stride, padding, dilation, groups, pad_type))[0]
+    record_conv_options(out, available_memory_proportions, partials_types, enable_conv_dithering)
+    return out
+
+
+def record_conv_options(
+    out: Tensor,
+    available_memory_proportions: list[float] | None,
+    partials_types: list[str] | None,
+    enable_conv_dithering: list[int] | None,
+) -> None:
+    """Check and record a convolution's IPU-only options on the op producing `out`."""
+    ipu_only.record(
+        out,
+        available_memory_proportions=available_memory_proportions,
+        partials_types=partials_types,
+        enable_conv_dithering=enable_conv_dithering,
+    )
 
 
 def conv_attrs(
@@ -65,10 +83,13 @@ def conv_transpose(
     enable_conv_dithering: list[int] | None = None,
 ) -> Tensor:
     """Transposed convolution of `t` (N, C, *spatial) with `weight` (C, M/groups, *kernel), as ONNX's
-    ConvTranspose: an `output_shape` sets the pads, which are otherwise `padding`."""
+    ConvTranspose: an `output_shape` sets the pads, which are otherwise `padding`. The memory, partials and
+    dithering options are IPU-only, as for `conv`."""
     attrs = conv_transpose_attrs(t, stride, padding, dilation, groups, pad_type, output_padding, output_shape)
     # popxl: `convtranspose_out` (python/popxl/ops/conv.py).
-    return create_op(c.CONV_TRANSPOSE, [t, weight], attrs, names=["convtranspose_out"])[0]
+    out = create_op(c.CONV_TRANSPOSE, [t, weight], attrs, names=["convtranspose_out"])[0]
+    record_conv_options(out, available_memory_proportions, partials_types, enable_conv_dithering)
+    return out
 
 
 def conv_transpose_attrs(
@@ -151,5 +172,10 @@ def max_pool(
     ceil_mode: bool = False,
     storage_order: Literal["row", "column"] = "row",
 ) -> Tensor:
-    """Maximum of each window of `t` (N, C, *spatial); `storage_order` concerns only indices, which popxl omits."""
+    """Maximum of each window of `t` (N, C, *spatial).
+
+    `storage_order` ('row' or 'column') orders ONNX MaxPool's Indices output, which popxl does not return,
+    so it changes no value; any other value is refused."""
+    if storage_order not in ("row", "column"):
+        raise ValueError(f"max_pool's storage_order must be 'row' or 'column', got {storage_order!r}")
     return _pool(c.MAX_POOL, t, kernel_size, stride, padding, out_pads, dilation, in_dilations, auto_pad, ceil_mode)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from popxl import dtypes
+from popxl import dtypes, ipu_only
 from popxl.op import create_op
 from popxl.opdefs import float8 as f8
-from popxl.ops.conv import PadType, conv_attrs, conv_transpose_attrs
+from popxl.ops.conv import PadType, conv_attrs, conv_transpose_attrs, record_conv_options
 from popxl.tensor import Tensor
 
 
@@ -27,9 +27,12 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type: dtypes.dty
 def matmul_pow2scaled(
     lhs: Tensor, rhs: Tensor, log2_scale: Tensor, available_memory_proportion: float | None = None
 ) -> Tensor:
-    """`(lhs @ rhs) * 2**log2_scale` of float8 operands, as float16."""
+    """`(lhs @ rhs) * 2**log2_scale` of float8 operands, as float16 (`available_memory_proportion` is
+    IPU-only: `popxl.ipu_only`)."""
     # popxl: `matmul_pow2scaled_out` (python/popxl/ops/matmul.py).
-    return create_op(f8.MATMUL_POW2SCALED, [lhs, rhs, log2_scale], {}, names=["matmul_pow2scaled_out"])[0]
+    out = create_op(f8.MATMUL_POW2SCALED, [lhs, rhs, log2_scale], {}, names=["matmul_pow2scaled_out"])[0]
+    ipu_only.record(out, available_memory_proportion=available_memory_proportion)
+    return out
 
 
 def conv_pow2scaled(
@@ -48,7 +51,9 @@ def conv_pow2scaled(
     """`conv(t, weight) * 2**log2_scale` of float8 operands, as float16."""
     attrs = conv_attrs(t, stride, padding, dilation, groups, pad_type)
     # popxl: `conv_out` (python/popxl/ops/conv.py: conv_pow2scaled).
-    return create_op(f8.CONV_POW2SCALED, [t, weight, log2_scale], attrs, names=["conv_out"])[0]
+    out = create_op(f8.CONV_POW2SCALED, [t, weight, log2_scale], attrs, names=["conv_out"])[0]
+    record_conv_options(out, available_memory_proportions, partials_types, enable_conv_dithering)
+    return out
 
 
 def conv_transpose_pow2scaled(
@@ -69,4 +74,6 @@ def conv_transpose_pow2scaled(
     """`conv_transpose(t, weight) * 2**log2_scale` of float8 operands, as float16."""
     attrs = conv_transpose_attrs(t, stride, padding, dilation, groups, pad_type, output_padding, output_shape)
     # popxl: `convtranspose_out` (python/popxl/ops/conv.py: conv_transpose_pow2scaled).
-    return create_op(f8.CONV_TRANSPOSE_POW2SCALED, [t, weight, log2_scale], attrs, names=["convtranspose_out"])[0]
+    out = create_op(f8.CONV_TRANSPOSE_POW2SCALED, [t, weight, log2_scale], attrs, names=["convtranspose_out"])[0]
+    record_conv_options(out, available_memory_proportions, partials_types, enable_conv_dithering)
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from popxl import dtypes
+from popxl import dtypes, ipu_only
 from popxl.creation import constant
 from popxl.op import create_op
 from popxl.opdefs import elementwise as ew
@@ -111,11 +111,13 @@ def sparse_accumulate_(
     """Add each slice of `X` (times `f`) to the slice of `t` that `indices` names along `axis`, in place.
 
     `X` holds the slices as a gather along `axis` would give them; repeated indices add up.
-    `W` only guides tile layout on an IPU and is accepted for compatibility.
+    `W` only guides tile layout on an IPU: it is recorded (`popxl.ipu_only`) and changes nothing here.
     """
     inputs = [t, X, indices] + ([_factor(f, t)] if f is not None else [])
     name = f"sparse_accumulate__{t.name}"
-    return create_op(opt.SPARSE_ACCUMULATE, inputs, {"axis": axis}, names=[name])[0]
+    out = create_op(opt.SPARSE_ACCUMULATE, inputs, {"axis": axis}, names=[name])[0]
+    ipu_only.record(out, tile_layout_reference=W)
+    return out
 
 
 def _scalar(value: float | Tensor | None, default: float) -> Tensor:

@@ -74,7 +74,9 @@ def _stitch(forward: Graph, needed: Sequence[Tensor]) -> None:
         present.add(t)
 
 
-def _backward(gb: GradBuilder, forward: Graph, grads: dict[Tensor, Tensor], wanted: set[Tensor]) -> None:
+def _backward(gb: GradBuilder, forward: Graph, grads: dict[Tensor, Tensor]) -> None:
+    """Add the gradient ops of `forward`'s ops, last first, accumulating into `grads`; only the tensors
+    `gb.wants` (those between the required and the provided ones) get gradients."""
     for op in reversed(forward.ops):
         out_grads = [grads.get(t) for t in op.outputs]
         if all(g is None for g in out_grads) or not any(gb.wants(t) for t in op.inputs):
@@ -107,7 +109,7 @@ def grad_graph(
             if t not in depends:
                 warnings.warn(f"The provided gradient of {t.id} does not reach any required gradient", stacklevel=3)
             grads[t] = add(grads[t], g) if t in grads else g
-        _backward(gb, forward, grads, depends)
+        _backward(gb, forward, grads)
         for t in required:
             if t not in grads:
                 raise AutodiffError(
@@ -131,7 +133,8 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
     """Gradient rule of `call`: differentiate the called graph and call its gradient graph."""
     sub: Graph = op.attrs["graph"]
     wanted = [i for i, t in enumerate(op.inputs) if gb.wants(t)]
-    needed = [sub.inputs[i] for i in wanted]
+    sub_inputs = sub.inputs
+    needed = [sub_inputs[i] for i in wanted]
     # A known gradient graph serves if it gives every needed gradient (extra ones are left unused).
     info = gb.called_infos.get(sub)
     covered = {id(ec.fwd_tensor) for ec in info.expected_outputs} if info is not None else set()
@@ -144,20 +147,25 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
             )
         provided = [o for o in sub.outputs if o.dtype.is_floating_point]
         info = grad_graph(sub, provided, needed, gb.called_infos)
+    # Positions in the called graph, built once (an output listed twice is found at its first place).
+    input_at = {t: i for i, t in enumerate(sub_inputs)}
+    output_at: dict[Tensor, int] = {}
+    for i, t in enumerate(sub.outputs):
+        output_at.setdefault(t, i)
     feeds: list[Tensor] = []
     for ec in info.expected_inputs:
         t = ec.fwd_tensor
         if ec.connection_type is ExpectedConnectionType.FwdGrad:
-            g = out_grads[sub.outputs.index(t)] if t in sub.outputs else None
+            g = out_grads[output_at[t]] if t in output_at else None
             feeds.append(g if g is not None else constant(np.zeros(t.shape, t.dtype.as_numpy()), t.dtype))
-        elif t in sub.inputs:
-            feeds.append(gb.fwd(op.inputs[sub.inputs.index(t)]))
+        elif t in input_at:
+            feeds.append(gb.fwd(op.inputs[input_at[t]]))
         else:
-            feeds.append(gb.fwd(op.outputs[sub.outputs.index(t)]))
+            feeds.append(gb.fwd(op.outputs[output_at[t]]))
     results = call(info.graph, *feeds)
     grads: list[Tensor | None] = [None] * len(op.inputs)
     for k, ec in enumerate(info.expected_outputs):
-        grads[sub.inputs.index(ec.fwd_tensor)] = results[k]
+        grads[input_at[ec.fwd_tensor]] = results[k]
     return grads
 
 
