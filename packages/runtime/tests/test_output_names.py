@@ -335,3 +335,185 @@ def test_variable_update_names() -> None:
         "layer/accumulator_scale__layer/w",
     ]
     assert got[6:] == ["layer/updated__layer/w", "layer/sparse_accumulate__layer/w", "layer/scaled_add__layer/w"]
+
+
+# --- maths, shape and reduction ops (python/popxl/ops/<op>.py) -------------------------------
+
+
+def _other() -> popxl.Tensor:
+    return _var("y")
+
+
+def _flags(name: str = "b") -> popxl.Tensor:
+    return popxl.variable(np.ones((4, 4), np.bool_), name=name)
+
+
+def _condition_of(out: popxl.Tensor) -> popxl.Tensor:
+    assert out.producer is not None
+    return out.producer.inputs[0]
+
+
+def _per_channel(name: str) -> popxl.Tensor:
+    return popxl.constant(np.ones((4,), np.float32), name=name)
+
+
+MATHS: list[tuple[str, Callable[[popxl.Tensor], Any], list[str]]] = [
+    # add.py: `add_out`; add_ `add_lhs_inplace_out`.
+    ("add", lambda x: ops.add(x, _other()), ["add_out"]),
+    ("add_", lambda x: ops.add_(x, _other()), ["add_lhs_inplace_out"]),
+    # sub.py, mul.py, div.py, fmod.py, pow.py, equal.py, greater.py, max.py (maximum): `<op>_out`.
+    ("sub", lambda x: ops.sub(x, _other()), ["sub_out"]),
+    ("mul", lambda x: ops.mul(x, _other()), ["mul_out"]),
+    ("div", lambda x: ops.div(x, _other()), ["div_out"]),
+    ("fmod", lambda x: ops.fmod(x, _other()), ["fmod_out"]),
+    ("pow", lambda x: ops.pow(x, _other()), ["pow_out"]),
+    ("equal", lambda x: ops.equal(x, _other()), ["equal_out"]),
+    ("greater", lambda x: ops.greater(x, _other()), ["greater_out"]),
+    ("maximum", lambda x: ops.maximum(x, _other()), ["maximum_out"]),
+    # logical_and.py `and_out`, logical_or.py `or_out`, logical_not.py `not_out`.
+    ("logical_and", lambda x: ops.logical_and(_flags(), _flags("c")), ["and_out"]),
+    ("logical_or", lambda x: ops.logical_or(_flags(), _flags("c")), ["or_out"]),
+    ("logical_not", lambda x: ops.logical_not(_flags()), ["not_out"]),
+    # negate.py, exp.py, log.py, sqrt.py, tanh.py, relu.py, gelu.py, abs.py, sin.py, cos.py: `<op>_out`.
+    ("negate", ops.negate, ["negate_out"]),
+    ("exp", ops.exp, ["exp_out"]),
+    ("log", ops.log, ["log_out"]),
+    ("sqrt", ops.sqrt, ["sqrt_out"]),
+    ("tanh", ops.tanh, ["tanh_out"]),
+    ("relu", ops.relu, ["relu_out"]),
+    ("gelu", ops.gelu, ["gelu_out"]),
+    ("abs", ops.abs, ["abs_out"]),
+    ("sin", ops.sin, ["sin_out"]),
+    ("cos", ops.cos, ["cos_out"]),
+    # detach.py: `detach_out`.
+    ("detach", ops.detach, ["detach_out"]),
+    # identity.py: `output_name`, or `f"identity_{t.name}"` when none (or an empty one) is given.
+    ("identity", ops.identity, ["identity_x"]),
+    ("identity empty name", lambda x: ops.identity(x, ""), ["identity_x"]),
+    ("identity named", lambda x: ops.identity(x, "y"), ["y"]),
+    # cast.py: `f"{t.name}_{data_type._name}"`.
+    ("cast", lambda x: ops.cast(x, popxl.float16), ["x_float16"]),
+    ("cast int32", lambda x: ops.cast(x, popxl.int32), ["x_int32"]),
+    # where.py: `where_out`; a non-bool condition is first cast (cast_if_needed -> cast.py: `<t>_bool`).
+    ("where", lambda x: ops.where(_flags(), x, _other()), ["where_out"]),
+    (
+        "where cast condition",
+        lambda x: _condition_of(ops.where(ops.cast(x, popxl.int32), x, _other())),
+        ["x_int32_bool"],
+    ),
+    # matmul.py: `matmul_out`; softmax.py: `softmax_out`.
+    ("matmul", lambda x: ops.matmul(x, _other()), ["matmul_out"]),
+    ("softmax", lambda x: ops.softmax(x, 1), ["softmax_out"]),
+    # group_norm.py: `group_norm_out` (layer_norm is group_norm with one group).
+    ("group_norm", lambda x: ops.group_norm(x, _per_channel("w"), _per_channel("b"), 2), ["group_norm_out"]),
+    ("layer_norm", lambda x: ops.layer_norm(x, _per_channel("w"), _per_channel("b")), ["group_norm_out"]),
+    # reshape.py: reshape and reshape_ `f"{t.name}_reshaped"`; flatten(_) reshape(_) and squeeze.py reshapes.
+    ("reshape", lambda x: ops.reshape(x, (16,)), ["x_reshaped"]),
+    ("reshape_", lambda x: ops.reshape_(x, (16,)), ["x_reshaped"]),
+    ("flatten", ops.flatten, ["x_reshaped"]),
+    ("flatten_", ops.flatten_, ["x_reshaped"]),
+    ("squeeze", lambda x: ops.squeeze(ops.reshape(x, (1, 16))), ["x_reshaped_reshaped"]),
+    # transpose.py: transpose and transpose_ `f"{t.name}_T"`.
+    ("transpose", ops.transpose, ["x_T"]),
+    ("transpose_", ops.transpose_, ["x_T"]),
+    # slice.py: slice and slice_ `slice_out`; concat.py: concat and concat_ `concat_out`.
+    ("slice", lambda x: ops.slice(x, 0, 2), ["slice_out"]),
+    ("slice_", lambda x: ops.slice_(x, 0, 2), ["slice_out"]),
+    ("concat", lambda x: ops.concat([x, _other()]), ["concat_out"]),
+    ("concat_", lambda x: ops.concat_([x, _other()]), ["concat_out"]),
+    # split.py: output i is `f"{t.name}_split_{i}"`.
+    ("split", lambda x: ops.split(x, 2), ["x_split_0", "x_split_1"]),
+    ("split lengths axis=1", lambda x: ops.split(x, [1, 1, 2], axis=1), ["x_split_0", "x_split_1", "x_split_2"]),
+    # sum.py, mean.py, max.py, min.py, sumsquare.py, logsumexp.py: `<op>_out`.
+    ("sum", ops.sum, ["sum_out"]),
+    ("mean", lambda x: ops.mean(x, 0), ["mean_out"]),
+    ("max", ops.max, ["max_out"]),
+    ("min", lambda x: ops.min(x, 1, keepdims=True), ["min_out"]),
+    ("sumsquare", ops.sumsquare, ["sumsquare_out"]),
+    ("logsumexp", lambda x: ops.logsumexp(x, 1), ["logsumexp_out"]),
+    ("logsumexp keepdims", lambda x: ops.logsumexp(x, 1, keepdims=True), ["logsumexp_out"]),
+    # scaled_add.py: `scaled_add_out` (the in-place form is in test_variable_update_names).
+    ("scaled_add", lambda x: ops.scaled_add(x, _other(), 0.5, 2.0), ["scaled_add_out"]),
+    # prod.py, median.py, l1.py, l2.py, logsum.py, cumsum.py: `<op>_out`.
+    ("prod", ops.prod, ["prod_out"]),
+    ("median", ops.median, ["median_out"]),
+    ("l1", ops.l1, ["l1_out"]),
+    ("l2", ops.l2, ["l2_out"]),
+    ("logsum", ops.logsum, ["logsum_out"]),
+    ("cumsum", ops.cumsum, ["cumsum_out"]),
+    # lamb.py: `lamb_square_out`; histogram.py: `histogram_out`.
+    ("lamb_square", ops.lamb_square, ["lamb_square_out"]),
+    ("histogram", lambda x: ops.histogram(x, [0.5], True), ["histogram_out"]),
+    # batch_norm.py: batch_norm_inference `batch_norm_out`.
+    (
+        "batch_norm_inference",
+        lambda x: ops.batch_norm_inference(
+            x, _per_channel("s"), _per_channel("b"), _per_channel("m"), _per_channel("v")
+        ),
+        ["batch_norm_out"],
+    ),
+    # tensor.py (Tensor.__getitem__): `ops.slice` (`slice_out`), `ops.subsample` (subsample.py:
+    # `subsample_out`) for steps other than +-1, then `ops.squeeze` for integer keys (`<...>_reshaped`).
+    ("getitem slice", lambda x: x[1:3], ["slice_out"]),
+    ("getitem int", lambda x: x[1], ["slice_out_reshaped"]),
+    ("getitem step", lambda x: x[::2], ["subsample_out"]),
+    ("getitem int and step", lambda x: x[1, ::-2], ["subsample_out_reshaped"]),
+]
+
+
+@pytest.mark.parametrize(("label", "fn", "expected"), MATHS, ids=[c[0] for c in MATHS])
+def test_maths_and_shape_op_names_are_popxls(
+    label: str, fn: Callable[[popxl.Tensor], Any], expected: list[str]
+) -> None:
+    ir = _ir(1)
+    with ir.main_graph:
+        assert _names(fn(_var("x"))) == expected
+
+
+def test_names_made_from_the_input_keep_its_scopes_under_the_open_scopes() -> None:
+    # reshape.py, transpose.py, cast.py, split.py, identity.py: `_create_tensor_id(f"{t.name}...")`,
+    # under the open name scopes; fixed names (sum.py: `sum_out`) take the open scopes only.
+    ir = _ir(1)
+    with ir.main_graph:
+        x = _var("x")
+        with popxl.name_scope("a"):
+            y = ops.rename(x, "y")
+            assert ops.reshape(y, (16,)).name == "a/a/y_reshaped"
+            assert ops.transpose(x).name == "a/x_T"
+            assert ops.cast(y, popxl.float16).name == "a/a/y_float16"
+            assert [t.name for t in ops.split(y, 2)] == ["a/a/y_split_0", "a/a/y_split_1"]
+            assert ops.identity(y).name == "a/identity_a/y"
+            assert ops.sum(y).name == "a/sum_out"
+
+
+def test_composite_ops_leave_popxls_names_free() -> None:
+    # sumsquare.py, logsumexp.py and scaled_add.py are one op each in popxl, so the ops these are made
+    # of here must not take a name a later op would get: each later op keeps its plain popxl name.
+    ir = _ir(1)
+    with ir.main_graph:
+        x, y = _var("x"), _var("y")
+        ops.sumsquare(x)
+        ops.logsumexp(x, 0)
+        ops.scaled_add(x, y, 0.5, 2.0)
+        later = [
+            ops.mul(x, y),
+            ops.add(x, y),
+            ops.sub(x, y),
+            ops.sum(x),
+            ops.max(x),
+            ops.exp(x),
+            ops.log(x),
+            ops.detach(x),
+            ops.reshape(x, (16,)),
+        ]
+    assert [t.name for t in later] == [
+        "mul_out",
+        "add_out",
+        "sub_out",
+        "sum_out",
+        "max_out",
+        "exp_out",
+        "log_out",
+        "detach_out",
+        "x_reshaped",
+    ]

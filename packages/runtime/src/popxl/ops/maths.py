@@ -30,7 +30,8 @@ def add(lhs: Tensor, rhs: Tensor) -> Tensor:
 
 def add_(lhs: Tensor, rhs: Tensor) -> Tensor:
     """`lhs += rhs` in place; returns the updated `lhs`."""
-    return create_op(ew.ADD_INPLACE, [lhs, rhs])[0]
+    # popxl (add.py): `add_lhs_inplace_out`.
+    return _one(ew.ADD_INPLACE, [lhs, rhs], name="add_lhs_inplace_out")
 
 
 def sub(lhs: Tensor, rhs: Tensor) -> Tensor:
@@ -85,17 +86,20 @@ def less(lhs: Tensor, rhs: Tensor) -> Tensor:
 
 def logical_and(lhs: Tensor, rhs: Tensor) -> Tensor:
     """Elementwise logical and."""
-    return _one(ew.LOGICAL_AND, [lhs, rhs])
+    # popxl (logical_and.py): `and_out`.
+    return _one(ew.LOGICAL_AND, [lhs, rhs], name="and_out")
 
 
 def logical_or(lhs: Tensor, rhs: Tensor) -> Tensor:
     """Elementwise logical or."""
-    return _one(ew.LOGICAL_OR, [lhs, rhs])
+    # popxl (logical_or.py): `or_out`.
+    return _one(ew.LOGICAL_OR, [lhs, rhs], name="or_out")
 
 
 def logical_not(t: Tensor) -> Tensor:
     """Elementwise logical not."""
-    return _one(ew.LOGICAL_NOT, [t])
+    # popxl (logical_not.py): `not_out`.
+    return _one(ew.LOGICAL_NOT, [t], name="not_out")
 
 
 def negate(t: Tensor) -> Tensor:
@@ -164,8 +168,9 @@ def reciprocal(t: Tensor) -> Tensor:
 
 
 def identity(t: Tensor, output_name: str | None = None) -> Tensor:
-    """A copy of `t`."""
-    return _one(ew.IDENTITY, [t], name=output_name)
+    """A copy of `t`, named `output_name` (by default `identity_<t>`)."""
+    # popxl (identity.py): an empty or missing `output_name` gives `identity_<t.name>`.
+    return _one(ew.IDENTITY, [t], name=output_name or f"identity_{t.name}")
 
 
 def detach(t: Tensor) -> Tensor:
@@ -175,11 +180,16 @@ def detach(t: Tensor) -> Tensor:
 
 def cast(t: Tensor, data_type: Any) -> Tensor:
     """`t` converted to `data_type`."""
-    return _one(ew.CAST, [t], {"dtype": dtypes.as_dtype(data_type)})
+    dt = dtypes.as_dtype(data_type)
+    # popxl (cast.py): `<t.name>_<dtype name>`.
+    return _one(ew.CAST, [t], {"dtype": dt}, name=f"{t.name}_{dt.name}")
 
 
 def where(condition: Tensor, lhs: Tensor, rhs: Tensor) -> Tensor:
-    """Elementwise `lhs` where `condition` holds, else `rhs`."""
+    """Elementwise `lhs` where `condition` holds, else `rhs`; a non-bool `condition` is cast to bool first."""
+    if condition.dtype is not dtypes.bool_:
+        # popxl (where.py) casts the condition with `cast_if_needed`, so it is named `<condition>_bool`.
+        condition = cast(condition, dtypes.bool_)
     return _one(ew.WHERE, [condition, lhs, rhs])
 
 
@@ -198,9 +208,9 @@ def matmul(
     return _one(linalg.MATMUL, [lhs, rhs], attrs)
 
 
-def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool) -> Tensor:
+def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool, name: str) -> Tensor:
     ax = axis if axis is None or isinstance(axis, int) else tuple(axis)
-    return _one(opdef, [t], {"axis": ax, "keepdims": keepdims})
+    return _one(opdef, [t], {"axis": ax, "keepdims": keepdims}, name=name)
 
 
 def softmax(t: Tensor, axis: int) -> Tensor:
@@ -222,12 +232,14 @@ def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
 
 def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
     """`t` with a new shape of the same size (one -1 allowed)."""
-    return _one(shape_ops.RESHAPE, [t], {"shape": tuple(shape)})
+    # popxl (reshape.py): `<t.name>_reshaped`, for flatten and squeeze too.
+    return _one(shape_ops.RESHAPE, [t], {"shape": tuple(shape)}, name=f"{t.name}_reshaped")
 
 
 def reshape_(t: Tensor, shape: Iterable[int]) -> Tensor:
     """A view of `t` with a new shape: in-place updates of either are seen through both."""
-    return _one(shape_ops.RESHAPE_INPLACE, [t], {"shape": tuple(shape)})
+    # popxl (reshape.py): `<t.name>_reshaped`, for flatten_ too.
+    return _one(shape_ops.RESHAPE_INPLACE, [t], {"shape": tuple(shape)}, name=f"{t.name}_reshaped")
 
 
 def flatten(t: Tensor) -> Tensor:
@@ -243,13 +255,15 @@ def flatten_(t: Tensor) -> Tensor:
 def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """`t` with its axes permuted (reversed by default)."""
     perm = None if permutation is None else tuple(permutation)
-    return _one(shape_ops.TRANSPOSE, [t], {"permutation": perm})
+    # popxl (transpose.py): `<t.name>_T`.
+    return _one(shape_ops.TRANSPOSE, [t], {"permutation": perm}, name=f"{t.name}_T")
 
 
 def transpose_(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """A view of `t` with its axes permuted (reversed by default)."""
     perm = None if permutation is None else tuple(permutation)
-    return _one(shape_ops.TRANSPOSE_INPLACE, [t], {"permutation": perm})
+    # popxl (transpose.py): `<t.name>_T`.
+    return _one(shape_ops.TRANSPOSE_INPLACE, [t], {"permutation": perm}, name=f"{t.name}_T")
 
 
 def _per_axis(value: int | Sequence[int] | None, n: int) -> list[int | None]:
@@ -277,7 +291,8 @@ def slice_(
     axis: int | Sequence[int] | None = None,
 ) -> Tensor:
     """A view of a static slice of `t`: in-place updates of either are seen through both."""
-    return _one(shape_ops.SLICE_INPLACE, [t], {"slices": _slices(t, start, stop, step, axis)})
+    # popxl (slice.py): `slice_out`, as the copying form.
+    return _one(shape_ops.SLICE_INPLACE, [t], {"slices": _slices(t, start, stop, step, axis)}, name="slice_out")
 
 
 def _slices(
@@ -304,7 +319,8 @@ def concat(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 def concat_(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
     """A view of `ts` concatenated along `axis`: in-place updates of it reach each of `ts`."""
-    return _one(shape_ops.CONCAT_INPLACE, list(ts), {"axis": axis})
+    # popxl (concat.py): `concat_out`, as the copying form.
+    return _one(shape_ops.CONCAT_INPLACE, list(ts), {"axis": axis}, name="concat_out")
 
 
 def expand(t: Tensor, shape: Iterable[int]) -> Tensor:
@@ -324,53 +340,75 @@ def getitem(t: Tensor, key: Any) -> Tensor:
     if len(key) > t.rank:
         raise IndexError(f"Too many indices ({len(key)}) for {t}")
     slices: list[tuple[Any, Any, Any]] = []
+    strides: list[int] = []
     drop = []
     for i, k in enumerate(key):
         if isinstance(k, int | np.integer):
             k = int(k) % t.shape[i]
             slices.append((k, k + 1, None))
+            strides.append(1)
             drop.append(i)
         elif isinstance(k, builtins.slice):
-            slices.append((k.start, k.stop, k.step))
+            if k.step == 0:
+                raise ValueError(f"A slice step cannot be zero (indexing {t})")
+            # As popxl's Tensor.__getitem__: slice with the step's sign, then subsample by its size.
+            step = None if k.step is None else (1 if k.step > 0 else -1)
+            slices.append((k.start, k.stop, step))
+            strides.append(1 if k.step is None else builtins.abs(k.step))
         else:
             raise TypeError(f"Unsupported index {k!r} for {t}: use ints and slices")
-    out = _one(shape_ops.SLICE, [t], {"slices": tuple(slices)})
+    # popxl: `slice_out`, then `subsample_out` (subsample.py) for steps other than +-1, then squeezed
+    # (`<...>_reshaped`) for integer keys.
+    out = _one(shape_ops.SLICE, [t], {"slices": tuple(slices)}, name="slice_out")
+    if builtins.any(v != 1 for v in strides):
+        out = _one(shape_ops.SUBSAMPLE, [out], {"strides": strides}, name="subsample_out")
     return squeeze(out, drop) if drop else out
 
 
 def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_SUM, t, axis, keepdims)
+    # popxl (sum.py): `sum_out`.
+    return _reduce(reduce.REDUCE_SUM, t, axis, keepdims, "sum_out")
 
 
 def mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Mean over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_MEAN, t, axis, keepdims)
+    # popxl (mean.py): `mean_out`.
+    return _reduce(reduce.REDUCE_MEAN, t, axis, keepdims, "mean_out")
 
 
 def max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Maximum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_MAX, t, axis, keepdims)
+    # popxl (max.py): `max_out`.
+    return _reduce(reduce.REDUCE_MAX, t, axis, keepdims, "max_out")
 
 
 def min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Minimum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_MIN, t, axis, keepdims)
+    # popxl (min.py): `min_out`.
+    return _reduce(reduce.REDUCE_MIN, t, axis, keepdims, "min_out")
 
 
 def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum of squares over `axis` (all axes by default)."""
-    return sum(mul(t, t), axis, keepdims)
+    # popxl (sumsquare.py) is one op, `sumsquare_out`; the square is named so as to take no name of popxl's.
+    return _reduce(reduce.REDUCE_SUM, _one(ew.MUL, [t, t], name="sumsquare_square"), axis, keepdims, "sumsquare_out")
 
 
 def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """log(sum(exp(t))) over `axis`, computed stably."""
-    peak = detach(max(t, axis, keepdims=True))
-    out = add(log(sum(exp(sub(t, peak)), axis, keepdims=True)), peak)
+    # popxl (logsumexp.py) is one op, `logsumexp_out`; the steps here are named so as to take no name of
+    # popxl's (which a later op of the user's would then find taken).
+    peak = _one(ew.DETACH, [_reduce(reduce.REDUCE_MAX, t, axis, True, "logsumexp_max")], name="logsumexp_peak")
+    shifted = _one(ew.EXP, [_one(ew.SUB, [t, peak], name="logsumexp_shifted")], name="logsumexp_exp")
+    total = _one(ew.LOG, [_reduce(reduce.REDUCE_SUM, shifted, axis, True, "logsumexp_sum")], name="logsumexp_log")
     if keepdims:
-        return out
+        return _one(ew.ADD, [total, peak], name="logsumexp_out")
+    out = _one(ew.ADD, [total, peak], name="logsumexp_kept")
     ax = tuple(range(t.rank)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
-    return squeeze(out, [a % t.rank for a in ax])
+    drop = {a % t.rank for a in ax}
+    kept = tuple(d for i, d in enumerate(out.shape) if i not in drop)
+    return _one(shape_ops.RESHAPE, [out], {"shape": kept}, name="logsumexp_out")
 
 
 def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
@@ -383,16 +421,25 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
     if builtins.sum(splits) != t.shape[axis]:
         raise ValueError(f"Split lengths {list(splits)} do not add up to axis {axis} of {t}")
     parts, start = [], 0
-    for length in splits:
-        parts.append(slice(t, start, start + length, axis=axis))
+    for i, length in enumerate(splits):
+        slices: list[tuple[Any, Any, Any]] = [(None, None, None)] * t.rank
+        slices[axis] = (start, start + length, None)
+        # popxl (split.py): output i is `<t.name>_split_<i>`.
+        parts.append(_one(shape_ops.SLICE, [t], {"slices": tuple(slices)}, name=f"{t.name}_split_{i}"))
         start += length
     return parts
 
 
 def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
     """`a * X + b * Y`."""
-    return add(mul(_scalar(a, X), X), mul(_scalar(b, X), Y))
+    # popxl (scaled_add.py) is one op, `scaled_add_out`; the steps here are named so as to take no name of
+    # popxl's.
+    aX = _one(ew.MUL, [_scalar(a, X, "scaled_add_a"), X], name="scaled_add_aX")
+    bY = _one(ew.MUL, [_scalar(b, X, "scaled_add_b"), Y], name="scaled_add_bY")
+    return _one(ew.ADD, [aX, bY], name="scaled_add_out")
 
 
-def _scalar(value: float | Tensor, like: Tensor) -> Tensor:
-    return value if isinstance(value, Tensor) else constant(np.asarray(value, like.dtype.as_numpy()), like.dtype)
+def _scalar(value: float | Tensor, like: Tensor, name: str) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    return constant(np.asarray(value, like.dtype.as_numpy()), like.dtype, name=name)

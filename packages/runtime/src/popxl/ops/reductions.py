@@ -10,34 +10,39 @@ from popxl.opdefs.optimizers import LAMB_SQUARE
 from popxl.tensor import Tensor
 
 
-def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool) -> Tensor:
+def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool, name: str) -> Tensor:
     ax = axis if axis is None or isinstance(axis, int) else tuple(axis)
-    return create_op(opdef, [t], {"axis": ax, "keepdims": keepdims})[0]
+    return create_op(opdef, [t], {"axis": ax, "keepdims": keepdims}, names=[name])[0]
 
 
 def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Product over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_PROD, t, axis, keepdims)
+    # popxl (prod.py): `prod_out`.
+    return _reduce(reduce.REDUCE_PROD, t, axis, keepdims, "prod_out")
 
 
 def median(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Median over `axis` (all axes by default); the lower middle element of an even count, as popxl."""
-    return _reduce(reduce.REDUCE_MEDIAN, t, axis, keepdims)
+    # popxl (median.py): `median_out`.
+    return _reduce(reduce.REDUCE_MEDIAN, t, axis, keepdims, "median_out")
 
 
 def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum of magnitudes over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_L1, t, axis, keepdims)
+    # popxl (l1.py): `l1_out`.
+    return _reduce(reduce.REDUCE_L1, t, axis, keepdims, "l1_out")
 
 
 def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Square root of the sum of squares over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_L2, t, axis, keepdims)
+    # popxl (l2.py): `l2_out`.
+    return _reduce(reduce.REDUCE_L2, t, axis, keepdims, "l2_out")
 
 
 def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Log of the sum over `axis` (all axes by default)."""
-    return _reduce(reduce.REDUCE_LOG_SUM, t, axis, keepdims)
+    # popxl (logsum.py): `logsum_out`.
+    return _reduce(reduce.REDUCE_LOG_SUM, t, axis, keepdims, "logsum_out")
 
 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
@@ -62,4 +67,6 @@ def batch_norm_inference(
 ) -> Tensor:
     """`t` (N, C, ...) normalised per channel by the estimates `mean` and `var`, then scaled and shifted;
     `momentum` concerns training and has no effect."""
-    return create_op(reduce.BATCH_NORM_INFERENCE, [t, scale, bias, mean, var], {"epsilon": float(epsilon)})[0]
+    attrs = {"epsilon": float(epsilon)}
+    # popxl (batch_norm.py): `batch_norm_out`.
+    return create_op(reduce.BATCH_NORM_INFERENCE, [t, scale, bias, mean, var], attrs, names=["batch_norm_out"])[0]
