@@ -126,6 +126,7 @@ class Program:
         self._checks = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)) if checks else None
         # Checks that depend on nothing a run is given pass or fail alike in every run: evaluated once.
         self._static_checks: bool | None = None
+        self._check_program: Any = None
         self._static_failure: str | None = None
 
     @property
@@ -280,16 +281,19 @@ class Program:
         """The first check that fails in a run with these arguments, or None."""
         if self._checks is None:
             return None
-        if self._static_checks is None:
-            self._static_checks = not _reads_arguments(self._checks.trace(*arguments).jaxpr)
+        if self._check_program is None:
+            # Traced once: the compiled program serves every run (a call of the jitted function would trace again).
+            traced = self._checks.trace(*arguments)
+            self._static_checks = not _reads_arguments(traced.jaxpr)
+            self._check_program = traced.lower().compile()
             if self._static_checks:
                 self._static_failure = self._evaluate_checks(arguments)
         failure = self._static_failure if self._static_checks else self._evaluate_checks(arguments)
         return None if failure is None else OutOfRangeError(failure)
 
     def _evaluate_checks(self, arguments: tuple[Any, ...]) -> str | None:
-        assert self._checks is not None and self.sites is not None
-        error = self._checks(*arguments)
+        assert self._check_program is not None and self.sites is not None
+        error = self._check_program(*arguments)
         codes = self.placement.fetch_all(error.code)
         if not codes.any():
             return None
