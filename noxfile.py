@@ -89,10 +89,11 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def example(session: nox.Session) -> None:
-    """The phased-training example: a digits classifier trained phase by phase, against un-phased."""
+    """The phased-training examples: a digits classifier and a tensor-parallel GPT, each against un-phased."""
     _install(session, "harness")
     session.install(*EXAMPLE_DEPS)
     session.run("python", "examples/phased_training.py", *session.posargs)
+    session.run("python", "examples/gpt_phased.py")
 
 
 @nox.session

@@ -1,0 +1,577 @@
+"""A GPT-style decoder trained phase by phase over 8 replicas: tensor parallel 4 x data parallel 2.
+
+The model (`Config`): a vocabulary-sharded token `Embedding` plus a positional
+table, `--layers` pre-norm decoder layers (causal self-attention and a GELU
+feed-forward) and a head (a final layer norm and a vocabulary-sharded projection)
+trained with the sharded cross-entropy loss on next-token prediction of a
+synthetic repeating token pattern.
+
+Parallel layout, as popxl-addons GPT applications lay it out: replica
+`r = d * tp + t` is tensor-parallel rank `t` of data-parallel rank `d`. The
+tensor-parallel group is `ir.replica_grouping(group_size=tp)`; variables that
+differ between its members (the vocabulary shards, the column-sharded QKV and
+feed-forward-up Linears, the row-sharded output Linears) have the data-parallel
+grouping `ir.replica_grouping(stride=tp, group_size=dp)` (one value per
+tensor-parallel rank); layer norms, the positional table and the biases added
+after a row-sharded Linear are the same on every replica. Each column-sharded
+Linear is entered through `replicated_all_reduce_identical_inputs` and each
+row-sharded one left through `replicated_all_reduce_identical_grad_inputs`.
+
+Phased execution: every stage's weights, gradient accumulators and Adam state are
+remote variables, one buffer entry per layer. A training step is
+
+1. forward phases (embedding, each layer, head): load the stage, run it
+   batch-serialised over the micro-batches, activations through remote buffers;
+2. backward phases in reverse (head, layers, embedding): load the stage, run its
+   gradient batch-serialised (accumulating a mean over the micro-batches),
+   all-reduce the accumulated gradients over the data-parallel replicas, add
+   their squared norms (`grad_reduce_square_add`) to the step's total, store;
+3. the global gradient norm: the total all-reduced over the tensor-parallel
+   group (the shards of a tensor-parallel weight are different parts of it);
+4. optimizer phases: load each stage, an Adam step per weight clipped by the
+   global norm, zero the accumulators, store.
+
+The un-phased program is the same model on the same replicas with every weight on
+the device and the whole batch at once; both train from the same weights on the
+same data and their losses agree to float tolerance.
+
+What is not here: replicated tensor sharding of the optimizer state over the
+data-parallel replicas (the gradients are all-reduced over them instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import jax
+import numpy as np
+
+import popxl
+import popxl_addons as addons
+from popxl import ops
+from popxl_addons.layers import Embedding, LayerNorm, Linear
+from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
+from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
+from popxl_addons.ops.replicated_all_reduce_TP import (
+    replicated_all_reduce_identical_grad_inputs,
+    replicated_all_reduce_identical_inputs,
+)
+from popxl_addons.patterns import apply_pre_alias_patterns
+from popxl_addons.transforms.batch_serialisation import (
+    BatchSerialResult,
+    RemoteHandle,
+    batch_serial_buffer,
+    batch_serialise_fwd_and_grad,
+)
+
+Array = np.ndarray[Any, Any]
+
+jax.config.update("jax_num_cpu_devices", 8)  # before JAX initialises: one CPU device per replica
+
+
+@dataclass(frozen=True)
+class Config:
+    """The model, the replica layout and the training run."""
+
+    vocab: int = 128
+    width: int = 32
+    heads: int = 4
+    layers: int = 2
+    sequence: int = 16
+    tp: int = 4
+    dp: int = 2
+    micro: int = 4  # sequences per micro-batch and replica
+    steps: int = 2  # micro-batches per training step
+    training_steps: int = 8
+    lr: float = 1e-2
+    clip: float = 1.0  # the global gradient norm's limit
+    init_std: float = 0.05
+    seed: int = 0
+    float16: bool = True
+
+    @property
+    def replicas(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def dtype(self) -> popxl.dtype:
+        return popxl.float16 if self.float16 else popxl.float32
+
+    @property
+    def loss_scaling(self) -> float:
+        return 256.0 if self.float16 else 1.0
+
+    @property
+    def batch(self) -> int:
+        """Sequences per training step and data-parallel replica."""
+        return self.micro * self.steps
+
+
+class Groupings:
+    """The replica groupings: over the tensor-parallel members, and the data-parallel one of sharded variables."""
+
+    def __init__(self, config: Config) -> None:
+        ir = popxl.gir()
+        self.dp = ir.replica_grouping(stride=config.tp, group_size=config.dp)
+        self.tp = self.dp.transpose()
+
+
+# ---- The model ------------------------------------------------------------------------------------------------
+
+
+class Embeddings(addons.Module):
+    """Token embedding (vocabulary sharded over the tensor-parallel replicas) plus a positional table."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.groups = Groupings(config)
+        self.word = Embedding(config.dtype, config.vocab, config.width, replica_grouping=self.groups.dp)
+
+    def build(self, tokens: popxl.Tensor) -> popxl.Tensor:
+        """(micro, sequence) tokens less this replica's vocabulary offset -> (micro, sequence, width)."""
+        x = replicated_all_reduce_identical_grad_inputs(self.word(tokens), group=self.groups.tp)
+        shape = (self.config.sequence, self.config.width)
+        pos = self.add_variable_input("positional", lambda: np.zeros(shape), x.dtype)
+        return x + pos
+
+
+class Attention(addons.Module):
+    """Causal self-attention with this replica's heads: column-sharded QKV, row-sharded output."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.groups = Groupings(config)
+        self.local_heads = config.heads // config.tp
+        self.qkv = Linear(3 * config.width // config.tp, replica_grouping=self.groups.dp)
+        self.out = Linear(config.width, bias=False, replica_grouping=self.groups.dp)
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        micro, seq, width = x.shape
+        head = width // self.config.heads
+        x = replicated_all_reduce_identical_inputs(x, group=self.groups.tp)
+        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+
+        def heads(t: popxl.Tensor) -> popxl.Tensor:
+            return ops.transpose(ops.reshape(t, (micro, seq, self.local_heads, head)), (0, 2, 1, 3))
+
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), popxl.float32) * (1 / math.sqrt(head))
+        mask = popxl.constant(np.triu(np.full((seq, seq), -1e4, np.float32), 1), popxl.float32)
+        probs = ops.cast(ops.softmax(scores + mask, axis=-1), x.dtype)
+        z = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))
+        z = self.out(ops.reshape(z, (micro, seq, self.local_heads * head)))
+        z = replicated_all_reduce_identical_grad_inputs(z, group=self.groups.tp)
+        bias = self.add_variable_input("bias", lambda: np.zeros(width), z.dtype)
+        return z + bias
+
+
+class FeedForward(addons.Module):
+    """A GELU MLP of four times the width: column-sharded up, row-sharded down."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.groups = Groupings(config)
+        self.up = Linear(4 * config.width // config.tp, replica_grouping=self.groups.dp)
+        self.down = Linear(config.width, bias=False, replica_grouping=self.groups.dp)
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        x = replicated_all_reduce_identical_inputs(x, group=self.groups.tp)
+        z = replicated_all_reduce_identical_grad_inputs(self.down(ops.gelu(self.up(x))), group=self.groups.tp)
+        bias = self.add_variable_input("bias", lambda: np.zeros(z.shape[-1]), z.dtype)
+        return z + bias
+
+
+class DecoderLayer(addons.Module):
+    """Pre-norm: x + attention(ln1(x)), then + feed_forward(ln2(x))."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = LayerNorm(), LayerNorm()
+        self.attention = Attention(config)
+        self.feed_forward = FeedForward(config)
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        rows = (x.shape[0] * x.shape[1], x.shape[2])
+        x = x + self.attention(ops.reshape(self.ln1(ops.reshape(x, rows)), x.shape))
+        return x + self.feed_forward(ops.reshape(self.ln2(ops.reshape(x, rows)), x.shape))
+
+
+class Head(addons.Module):
+    """Final layer norm, the vocabulary-sharded logits and the sharded cross-entropy (float32) of a micro-batch."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.groups = Groupings(config)
+        self.ln = LayerNorm()
+        self.logits = Linear(config.vocab // config.tp, bias=False, replica_grouping=self.groups.dp)
+
+    def build(self, x: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
+        """(micro, sequence, width), (micro * sequence,) labels less this replica's vocabulary offset -> loss."""
+        h = self.ln(ops.reshape(x, (x.shape[0] * x.shape[1], x.shape[2])))
+        h = replicated_all_reduce_identical_inputs(h, group=self.groups.tp)
+        logits = ops.cast(self.logits(h), popxl.float32)
+        return cross_entropy_sharded_loss(logits, labels, replica_grouping=self.groups.tp)
+
+
+class GPT(addons.Module):
+    """The whole model, for the un-phased program."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.embeddings = Embeddings(config)
+        self.layers = [DecoderLayer(config) for _ in range(config.layers)]
+        for i, layer in enumerate(self.layers):
+            setattr(self, f"layer{i}", layer)
+        self.head = Head(config)
+
+    def build(self, tokens: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
+        x = self.embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        loss: popxl.Tensor = self.head(x, labels)
+        return loss
+
+
+# ---- The optimizer --------------------------------------------------------------------------------------------
+
+
+def _tp_sharded(factory: addons.VariableFactory) -> bool:
+    """Whether the tensor-parallel replicas hold different parts of this weight."""
+    return bool(factory.replica_grouping.num_groups > 1)
+
+
+def _reduce_and_square(
+    grads: dict[str, popxl.Tensor], factories: dict[str, addons.VariableFactory], config: Config
+) -> popxl.Tensor:
+    """All-reduce each gradient over the data-parallel replicas in place; this replica's part of the squared norm.
+
+    A weight the tensor-parallel replicas share counts 1/tp on each, so that summing over them counts it once.
+    """
+    groups = Groupings(config)
+    total = popxl.constant(np.float32(0.0))
+    for name, grad in grads.items():
+        ops.collectives.replicated_all_reduce_(grad, "add", group=groups.dp)
+        square = grad_reduce_square_add(grad, loss_scaling=config.loss_scaling * config.dp)
+        total = total + (square if _tp_sharded(factories[name]) else square * (1 / config.tp))
+    return total
+
+
+def _global_norm(total: popxl.Tensor, config: Config) -> popxl.Tensor:
+    return ops.sqrt(ops.collectives.replicated_all_reduce(total, "add", group=Groupings(config).tp))
+
+
+def _adam(factory: addons.VariableFactory, config: Config) -> tuple[addons.NamedVariableFactories, Any]:
+    """The Adam step graph of one weight: the loss scale and the sum over data-parallel replicas divided out."""
+    spec = popxl.TensorSpec(factory.shape, factory.dtype)
+    state, graph = addons.optimizers.adam.AdamOptimizerStep().create_graph(
+        spec,
+        spec,
+        factory.replica_grouping,
+        lr=config.lr,
+        weight_decay=0.0,
+        first_order_dtype=config.dtype,
+        loss_scaling=config.loss_scaling * config.dp,
+        global_norm=popxl.TensorSpec((), popxl.float32),
+        global_norm_max=config.clip,
+    )
+    return state, graph
+
+
+# ---- Phased ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stage:
+    """One kind of stage (embeddings, layer, head): its serialised graphs and its state, a buffer entry per layer."""
+
+    weights: dict[str, addons.VariableFactory]
+    forward: BatchSerialResult
+    backward: BatchSerialResult
+    optimizers: dict[str, Any]
+    load: addons.GraphWithNamedArgs
+    names: list[str]
+    store: addons.GraphWithNamedArgs
+    variables: list[addons.NamedTensors] = field(default_factory=list)
+
+    def _loaded(self, row: int) -> addons.NamedTensors:
+        return addons.NamedTensors.pack(self.names, self.load.call(row))
+
+    def forward_phase(self, row: int) -> None:
+        self.forward.graph.bind(self._loaded(row)).call(row)
+
+    def backward_phase(self, row: int, config: Config) -> popxl.Tensor:
+        """The gradients over every micro-batch, all-reduced over data-parallel; this part of the squared norm."""
+        state = self._loaded(row)
+        self.backward.graph.bind(state).call(row)
+        grads = {name: state.get(f"accum.{name}") for name in self.weights}
+        total = _reduce_and_square(grads, self.weights, config)
+        self.store.bind(state).call(row)
+        return total
+
+    def optimizer_phase(self, row: int, norm: popxl.Tensor) -> None:
+        state = self._loaded(row)
+        for name, graph in self.optimizers.items():
+            graph.bind(state.get(f"adam.{name}")).call(state.get(name), state.get(f"accum.{name}"), norm)
+        for accum in state.get("accum").values_flat():
+            ops.var_updates.accumulator_zero_(accum)
+        ops.var_updates.accumulator_zero_(state.get("mean_accum_counter"))
+        self.store.bind(state).call(row)
+
+
+def build_stage(
+    module: addons.Module, inputs: Sequence[popxl.TensorSpec], rows: int, config: Config, handles: dict[str, Any]
+) -> Stage:
+    """A stage serialised over the micro-batches with its state in remote variables, `rows` layers of it."""
+    factories, forward = module.create_graph(*inputs)
+    required = [forward.graph.inputs[0]] if "dx" in handles else []
+    weights = factories.to_dict()
+    accums, backward = autodiff_with_accumulation(forward, required, factories)
+    state = factories.copy()
+    state.update(accums.copy())
+    optimizers = {}
+    for name, f in weights.items():
+        adam, optimizers[name] = _adam(f, config)
+        state.insert(f"adam.{name}", adam, overwrite=True)
+    graph_in, graph_out = forward.graph.inputs, forward.graph.outputs
+    loads = {graph_in[0]: handles["x"], backward.graph.inputs[0]: handles["dy"]}
+    loads.update({graph_in[1 + i]: h for i, h in enumerate(handles.get("extra", []))})
+    streams = {graph_out[0]: handles["y"]} if isinstance(handles["y"], popxl.DeviceToHostStream) else {}
+    stores = {} if streams else {graph_out[0]: handles["y"]}
+    if "dx" in handles:
+        stores[backward.graph.outputs[0]] = handles["dx"]
+    fwd, bwd = batch_serialise_fwd_and_grad(
+        forward, backward, forward.args, config.steps, loads, streams, stores, rows=rows, io_mode="io"
+    )
+    buffers = addons.named_variable_buffers(state, rows, shard_over_dict=False)
+    load, names = addons.load_remote_graph(buffers)
+    stage = Stage(weights, fwd, bwd, optimizers, load, names, addons.store_remote_graph(buffers))
+    stage.variables = [state.init_remote(buffers, row, prefix=f"{type(module).__name__}{row}") for row in range(rows)]
+    return stage
+
+
+def autodiff_with_accumulation(
+    forward: addons.GraphWithNamedArgs, required: list[popxl.Tensor], factories: addons.NamedVariableFactories
+) -> tuple[addons.NamedVariableFactories, addons.GraphWithNamedArgs]:
+    """The gradient graph accumulating every weight's gradient, each accumulator grouped as its weight."""
+    return addons.autodiff_with_accumulation(
+        forward, forward.args.tensors, grads_required=required, replica_groupings=factories.replica_groupings
+    )
+
+
+def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage]]:
+    """One Session.run = one training step, phase by phase."""
+    ir = popxl.Ir(replication=config.replicas)
+    ir.session_options.numIOTiles = 32
+    steps, micro, seq, width = config.steps, config.micro, config.sequence, config.width
+    with ir.main_graph, popxl.in_sequence(True):
+        tokens = popxl.h2d_stream((micro, seq), popxl.int32, "tokens")
+        labels = popxl.h2d_stream((micro * seq,), popxl.int32, "labels")
+        loss = popxl.d2h_stream((), popxl.float32, "loss")
+        act = popxl.TensorSpec((micro, seq, width), config.dtype)
+        # Row r of the boundary buffers holds what enters layer r (row `layers` enters the head).
+        acts = batch_serial_buffer(act, steps, rows=config.layers + 1)
+        grads = batch_serial_buffer(act, steps, rows=config.layers + 1)
+        seeds = batch_serial_buffer(popxl.TensorSpec((), popxl.float32), steps)
+        for j in range(steps):
+            ops.remote_store(seeds, j, popxl.constant(np.float32(config.loss_scaling)))
+        embed = build_stage(
+            Embeddings(config), [tokens.spec], 1, config,
+            {"x": tokens, "y": RemoteHandle(acts, 0), "dy": RemoteHandle(grads, 0)},
+        )  # fmt: skip
+        layer = build_stage(
+            DecoderLayer(config), [act], config.layers, config,
+            {"x": RemoteHandle(acts, 0), "y": RemoteHandle(acts, 1), "dy": RemoteHandle(grads, 1),
+             "dx": RemoteHandle(grads, 0)},
+        )  # fmt: skip
+        head = build_stage(
+            Head(config), [act, labels.spec], 1, config,
+            {"x": RemoteHandle(acts, config.layers), "extra": [labels], "y": loss,
+             "dy": RemoteHandle(seeds, 0), "dx": RemoteHandle(grads, config.layers)},
+        )  # fmt: skip
+        embed.forward_phase(0)
+        for i in range(config.layers):
+            layer.forward_phase(i)
+        head.forward_phase(0)
+        total = head.backward_phase(0, config)
+        for i in reversed(range(config.layers)):
+            total = total + layer.backward_phase(i, config)
+        total = total + embed.backward_phase(0, config)
+        norm = _global_norm(total, config)
+        embed.optimizer_phase(0, norm)
+        for i in range(config.layers):
+            layer.optimizer_phase(i, norm)
+        head.optimizer_phase(0, norm)
+    ir.num_host_transfers = steps
+    apply_pre_alias_patterns(ir)
+    return ir, {"tokens": tokens, "labels": labels, "loss": loss}, [embed, layer, head]
+
+
+def _phased_variable(stages: Sequence[Stage], name: str) -> popxl.Variable:
+    """The phased program's variable holding the un-phased weight `name`."""
+    first, _, rest = name.partition(".")
+    if first == "embeddings":
+        return stages[0].variables[0].get(rest)  # type: ignore[no-any-return]
+    if first == "head":
+        return stages[2].variables[0].get(rest)  # type: ignore[no-any-return]
+    return stages[1].variables[int(first.removeprefix("layer"))].get(rest)  # type: ignore[no-any-return]
+
+
+# ---- Un-phased ------------------------------------------------------------------------------------------------
+
+
+def unphased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], addons.NamedTensors]:
+    """One Session.run = one training step over the whole batch, every weight on the device."""
+    ir = popxl.Ir(replication=config.replicas)
+    rows = config.batch
+    with ir.main_graph, popxl.in_sequence(True):
+        tokens = popxl.h2d_stream((rows, config.sequence), popxl.int32, "tokens")
+        labels = popxl.h2d_stream((rows * config.sequence,), popxl.int32, "labels")
+        loss = popxl.d2h_stream((), popxl.float32, "loss")
+        factories, graph = GPT(config).create_graph(tokens.spec, labels.spec)
+        weights = factories.init()
+        grad = addons.autodiff(graph, grads_required=graph.args.tensors)
+        site = graph.bind(weights).call_with_info(ops.host_load(tokens), ops.host_load(labels))
+        ops.host_store(loss, site.outputs[0])
+        seed = popxl.constant(np.float32(config.loss_scaling))
+        outputs = grad.call(seed, args=grad.grad_graph_info.inputs_dict(site))
+        names = {id(t): name for name, t in graph.args.to_dict().items()}
+        by_name = {names[id(t)]: g for t, g in zip(grad.grad_graph_info.outputs, outputs)}
+        by_factory = factories.to_dict()
+        norm = _global_norm(_reduce_and_square(by_name, by_factory, config), config)
+        for name, w in weights.to_dict().items():
+            adam, step = _adam(by_factory[name], config)
+            step.bind(adam.init(prefix=f"adam.{name}")).call(w, by_name[name], norm)
+    apply_pre_alias_patterns(ir)
+    return ir, {"tokens": tokens, "labels": labels, "loss": loss}, weights
+
+
+# ---- Data, weights and running --------------------------------------------------------------------------------
+
+
+def synthetic_batches(config: Config) -> list[tuple[Array, Array]]:
+    """Per training step, (dp, batch, sequence + 1) tokens: runs of a repeating pattern from random starts."""
+    rng = np.random.default_rng(config.seed)
+    pattern = rng.permutation(config.vocab)[:24]  # next token = the pattern's next, cyclically
+    out = []
+    for _ in range(config.training_steps):
+        starts = rng.integers(0, len(pattern), (config.dp, config.batch, 1))
+        index = (starts + np.arange(config.sequence + 1)) % len(pattern)
+        data = pattern[index].astype(np.int32)
+        out.append((data[..., :-1], data[..., 1:]))
+    return out
+
+
+def per_replica(config: Config, tokens: Array, labels: Array) -> tuple[Array, Array]:
+    """Each replica's (dp * tp, ...) inputs: its data-parallel rank's samples less its vocabulary shard's offset."""
+    offsets = Embedding.get_offsets(config.vocab, config.tp)
+    shard = config.vocab // config.tp
+    t = np.repeat(tokens, config.tp, axis=0) - np.tile(offsets, config.dp)[:, None, None]
+    y = np.repeat(labels, config.tp, axis=0) - (np.tile(np.arange(config.tp), config.dp) * shard)[:, None, None]
+    return t.astype(np.int32), y.astype(np.int32)
+
+
+def initial_weights(config: Config) -> dict[str, Array]:
+    """The starting weights by the un-phased model's names, with a leading group axis where the tp ranks differ."""
+    rng = np.random.default_rng(config.seed + 1)
+    ir = popxl.Ir(replication=config.replicas)
+    with ir.main_graph:
+        factories, _ = GPT(config).create_graph(
+            popxl.TensorSpec((config.batch, config.sequence), popxl.int32),
+            popxl.TensorSpec((config.batch * config.sequence,), popxl.int32),
+        )
+    out = {}
+    for name, f in factories.to_dict().items():
+        groups = f.replica_grouping.num_groups
+        shape = (groups, *f.shape) if groups > 1 else tuple(f.shape)
+        is_norm = name.rpartition(".")[0].rpartition(".")[2] in ("ln", "ln1", "ln2")
+        if is_norm and name.endswith("weight"):
+            value = np.ones(shape, np.float32)
+        elif name.endswith("bias"):
+            value = np.zeros(shape, np.float32)
+        else:
+            value = rng.normal(0, config.init_std, shape).astype(np.float32)
+        out[name] = value.astype(config.dtype.as_numpy())
+    return out
+
+
+def _session(ir: popxl.Ir, config: Config) -> popxl.Session:
+    mode = "devices" if jax.device_count() >= config.replicas else "simulate"
+    # No run-time index checks: the remote offsets are constants, and checking compiles a second program.
+    return popxl.Session(ir, "cpu", replica_mode=mode, checks=False)
+
+
+def train(config: Config) -> dict[str, Any]:
+    """Train both programs on the same data from the same weights; their losses, memory figures and run times."""
+    data = synthetic_batches(config)
+    start = initial_weights(config)
+    phased_ir, phased_streams, stages = phased_program(config)
+    plain_ir, plain_streams, plain_weights = unphased_program(config)
+    phased, plain = _session(phased_ir, config), _session(plain_ir, config)
+    phased.write_variables_data({_phased_variable(stages, n): v for n, v in start.items()})
+    plain.write_variables_data({plain_weights.get(n): v for n, v in start.items()})
+
+    def feeds_phased(tokens: Array, labels: Array) -> dict[Any, Array]:
+        t, y = per_replica(config, tokens, labels)  # (replicas, batch, ...) -> (steps, replicas, micro, ...)
+        t = t.reshape(config.replicas, config.steps, config.micro, config.sequence).swapaxes(0, 1)
+        y = y.reshape(config.replicas, config.steps, config.micro * config.sequence).swapaxes(0, 1)
+        return {phased_streams["tokens"]: t, phased_streams["labels"]: y}
+
+    def feeds_plain(tokens: Array, labels: Array) -> dict[Any, Array]:
+        t, y = per_replica(config, tokens, labels)
+        return {plain_streams["tokens"]: t, plain_streams["labels"]: y.reshape(config.replicas, -1)}
+
+    curves: dict[str, list[float]] = {"phased": [], "unphased": []}
+    seconds = {"phased": 0.0, "unphased": 0.0}
+    with phased, plain:
+        for tokens, labels in data:
+            begin = time.perf_counter()
+            out = phased.run(feeds_phased(tokens, labels))
+            seconds["phased"] += time.perf_counter() - begin
+            curves["phased"].append(float(np.mean(out[phased_streams["loss"]])))
+            begin = time.perf_counter()
+            out = plain.run(feeds_plain(tokens, labels))
+            seconds["unphased"] += time.perf_counter() - begin
+            curves["unphased"].append(float(np.mean(out[plain_streams["loss"]])))
+        memory = {
+            "phased": phased.memory_analysis(feeds_phased(*data[0])),
+            "unphased": plain.memory_analysis(feeds_plain(*data[0])),
+        }
+    return {"curves": curves, "memory": memory, "seconds": seconds}
+
+
+def main() -> None:
+    """Train both programs and print the losses, the memory figures and the run times."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=Config.training_steps, help="training steps")
+    p.add_argument("--layers", type=int, default=Config.layers, help="decoder layers")
+    p.add_argument("--micro-batches", type=int, default=Config.steps, help="micro-batches per training step")
+    p.add_argument("--float32", action="store_true", help="train in float32 (default: float16, loss scaling)")
+    args = p.parse_args()
+    config = Config(training_steps=args.steps, layers=args.layers, steps=args.micro_batches)
+    config = replace(config, float16=not args.float32)
+    begin = time.perf_counter()
+    result = train(config)
+    curves = result["curves"]
+    print(f"GPT: vocab {config.vocab}, width {config.width}, {config.layers} layers, sequence {config.sequence}, "
+          f"tp {config.tp} x dp {config.dp}, {config.dtype}")  # fmt: skip
+    print("step  phased   un-phased")
+    for i, (a, b) in enumerate(zip(curves["phased"], curves["unphased"])):
+        print(f"{i:4d}  {a:.5f}  {b:.5f}")
+    worst = max(abs(a - b) for a, b in zip(curves["phased"], curves["unphased"]))
+    print(f"largest difference between the losses: {worst:.2e}")
+    for name, figures in result["memory"].items():
+        device, host = figures["device_bytes"] / 2**10, figures["host_bytes"] / 2**10
+        run = result["seconds"][name]
+        print(f"{name:9s} device {device:8.1f} KiB, host {host:8.1f} KiB per replica; {run:.1f} s running")
+    print(f"total {time.perf_counter() - begin:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
