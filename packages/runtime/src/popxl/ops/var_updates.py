@@ -32,8 +32,10 @@ _PREFIX = {
 }
 
 
-def _update(kind: str, t: Tensor, *inputs: Tensor) -> Tensor:
-    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[f"{_PREFIX[kind]}__{t.name}"])[0]
+def _update(kind: str, t: Tensor, *inputs: Tensor, named_as: str | None = None) -> Tensor:
+    """The update `kind` of `t`, its output named as popxl names the update `named_as` (`kind` by default)."""
+    name = f"{_PREFIX[named_as or kind]}__{t.name}"
+    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[name])[0]
 
 
 def accumulate_(t: Tensor, X: Tensor, f: float | Tensor = 1.0) -> Tensor:
@@ -69,7 +71,7 @@ def _moving_average(kind: str, t: Tensor, X: Tensor, f: float | Tensor) -> Tenso
     else:
         f32 = np.float32(f)  # popart's factors are float32 before they meet the accumulator
         keep, take = constant(f32, t.dtype), constant(np.float32(1) - f32, t.dtype)
-    return create_op(VAR_UPDATE, [t, x, keep, take], {"kind": "scaled_add"}, names=[f"{_PREFIX[kind]}__{t.name}"])[0]
+    return _update("scaled_add", t, x, keep, take, named_as=kind)
 
 
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: float | Tensor) -> Tensor:
