@@ -125,8 +125,8 @@ class Program:
         self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
         self._checks = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)) if checks else None
         # Checks that depend on nothing a run is given pass or fail alike in every run: evaluated once.
-        self._static_checks: bool | None = None
-        self._check_program: Any = None
+        self._check_program: Any = None  # compiled at the first run
+        self._static_checks = False
         self._static_failure: str | None = None
 
     @property
