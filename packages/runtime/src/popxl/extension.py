@@ -24,9 +24,7 @@ def replace_with_identity(op: Op) -> None:
     """Rewrite `op` in place into an identity of its first input, keeping its output tensor."""
     if len(op.inputs) < 1 or len(op.outputs) != 1:
         raise ValueError(f"{op} cannot become an identity: it needs one output and at least one input")
-    op.opdef = IDENTITY
-    op.inputs = op.inputs[:1]
-    op.attrs = {}
+    op.graph.rewrite_op(op, opdef=IDENTITY, inputs=op.inputs[:1], attrs={})
     op.replaced_by_identity = True
 
 

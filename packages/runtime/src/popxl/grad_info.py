@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 from popxl.graph import Graph
@@ -20,7 +21,19 @@ class ExpectedConnection:
     """A forward tensor and whether its value (Fwd) or its gradient (FwdGrad) is meant."""
 
     def __init__(self) -> None:
-        raise TypeError("ExpectedConnection is created by autodiff, not directly")
+        raise TypeError("ExpectedConnection is created by autodiff or ExpectedConnection.create, not directly")
+
+    @classmethod
+    def create(cls, fwd_tensor: Tensor, connection_type: ExpectedConnectionType) -> ExpectedConnection:
+        """The connection to `fwd_tensor`'s value (Fwd) or gradient (FwdGrad), for a gradient graph written
+        by hand (popxl builds these from popart's `ExpectedConnection`)."""
+        if not isinstance(fwd_tensor, Tensor):
+            raise TypeError(f"ExpectedConnection.create: fwd_tensor must be a popxl Tensor, got {fwd_tensor!r}")
+        if not isinstance(connection_type, ExpectedConnectionType):
+            raise TypeError(
+                f"ExpectedConnection.create: connection_type must be an ExpectedConnectionType, got {connection_type!r}"
+            )
+        return cls._create(fwd_tensor, connection_type)
 
     @classmethod
     def _create(cls, fwd_tensor: Tensor, connection_type: ExpectedConnectionType) -> ExpectedConnection:
@@ -40,7 +53,33 @@ class GradGraphInfo:
     """A gradient graph and how its inputs and outputs connect to the forward graph."""
 
     def __init__(self) -> None:
-        raise TypeError("GradGraphInfo is created by autodiff, not directly")
+        raise TypeError("GradGraphInfo is created by autodiff or GradGraphInfo.create, not directly")
+
+    @classmethod
+    def create(
+        cls,
+        graph: Graph,
+        forward_graph: Graph,
+        expected_inputs: Iterable[ExpectedConnection],
+        expected_outputs: Iterable[ExpectedConnection],
+    ) -> GradGraphInfo:
+        """The info of a gradient graph written by hand: `expected_inputs` describe its first inputs in order
+        (later inputs, such as accumulators, connect to nothing of the forward graph), `expected_outputs` its
+        outputs in order; every connection is to a tensor of `forward_graph`."""
+        ins, outs = list(expected_inputs), list(expected_outputs)
+        if len(ins) > len(graph.inputs):
+            raise ValueError(
+                f"GradGraphInfo.create: {len(ins)} expected inputs for the {len(graph.inputs)} inputs of {graph.id!r}"
+            )
+        for ec in [*ins, *outs]:
+            if not isinstance(ec, ExpectedConnection):
+                raise TypeError(f"GradGraphInfo.create: expected an ExpectedConnection, got {ec!r}")
+            if ec.fwd_tensor not in forward_graph:
+                raise ValueError(
+                    f"GradGraphInfo.create: {ec.fwd_tensor.id!r} of {ec!r} is not a tensor of the forward graph "
+                    f"{forward_graph.id!r}"
+                )
+        return cls._create(graph, forward_graph, ins, outs)
 
     @classmethod
     def _create(

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from popxl import context
+from popxl.op import Attrs, Op, OpDef, Subgraph, check_inputs
 from popxl.tensor import Constant, Tensor, TensorSpec, Variable
 
 if TYPE_CHECKING:
     from popxl.ir import Ir
-    from popxl.op import Op
 
 
 class Graph:
@@ -85,14 +85,42 @@ class Graph:
     def __repr__(self) -> str:
         return f"Graph[{self._name}: {len(self._inputs)} inputs, {len(self._ops)} ops, {len(self._outputs)} outputs]"
 
-    def _unique_id(self, name: str) -> str:
+    def take_id(self, name: str) -> str:
+        """A fresh tensor id for `name` in this graph: the graph's prefix and `name`, with popxl's
+        `__t<c>` suffix when that id is taken already.
+
+        Ops take the ids of tensors popxl creates and this runtime does not, so that later tensors get
+        the ids they get in popxl.
+        """
         tid = self._tensor_prefix + name
         if tid in self._ids:
-            tid = f"{tid}__t{self.ir._next_dedup()}"
+            tid = f"{tid}__t{self.ir.next_dedup()}"
         self._ids.add(tid)
         return tid
 
-    def _add_op(self, op: Op) -> None:
+    def add_tensor(self, t: Tensor) -> None:
+        """Count `t`, a new tensor of this graph, among its tensors (the Tensor constructor calls this)."""
+        if t.graph is not self:
+            raise ValueError(f"{t.id} belongs to graph {t.graph.id!r}, not {self.id!r}")
+        self._tensors.append(t)
+
+    def add_op(
+        self,
+        opdef: OpDef,
+        inputs: Sequence[Tensor],
+        attrs: Attrs | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Op:
+        """A new last op of kind `opdef` reading `inputs` (tensors of this graph), its attrs normalised and
+        its outputs inferred by the op kind; `names` name the outputs, under the open name scopes."""
+        check_inputs(self, inputs, f"op '{opdef.name}'")
+        normal, specs = opdef.signature([t.spec for t in inputs], attrs or {})
+        scope = context.name_scope_prefix()
+        outputs = []
+        for i, spec in enumerate(specs):
+            given = names[i] if names is not None and i < len(names) else None
+            outputs.append(Tensor(self, scope + (given or opdef.out_name(i)), spec))
+        op = Op(opdef, self, tuple(inputs), tuple(outputs), normal, context.current_placement(self))
         op.index = len(self._ops)
         self._ops.append(op)
         for t in op.outputs:
@@ -100,6 +128,53 @@ class Graph:
         for sub in op.subgraphs:
             sub.graph._call_sites.append(op)
         context.record_sequenced(self, op)
+        return op
+
+    def rewrite_op(
+        self,
+        op: Op,
+        *,
+        opdef: OpDef | None = None,
+        inputs: Sequence[Tensor] | None = None,
+        attrs: Attrs | None = None,
+        names: Sequence[str] = (),
+    ) -> None:
+        """Change `op`'s kind, inputs or attrs (those given), re-running the op kind's attr and shape checks.
+
+        The op keeps its place and its outputs, whose specs must not change; outputs the op kind now infers
+        beyond them are added, named by `names` (default: the op kind's output names). Nothing changes if
+        a check fails. This is the one way the runtime and its extensions change an op after creation.
+        """
+        if op.graph is not self or not any(mine is op for mine in self._ops):
+            raise ValueError(f"Cannot rewrite {op}: it is not an op of graph {self.id!r}")
+        kind = opdef if opdef is not None else op.opdef
+        new_inputs = tuple(op.inputs if inputs is None else inputs)
+        check_inputs(self, new_inputs, f"the rewrite of {op}")
+        normal, specs = kind.signature([t.spec for t in new_inputs], op.attrs if attrs is None else attrs)
+        if len(specs) < len(op.outputs):
+            raise ValueError(f"Cannot rewrite {op} into {kind.name!r}: it would drop outputs ({len(specs)} inferred)")
+        for t, spec in zip(op.outputs, specs):
+            if (t.shape, t.dtype) != (spec.shape, spec.dtype):
+                raise ValueError(
+                    f"Cannot rewrite {op} into {kind.name!r}: its output {t.id} ({t.dtype.name} {t.shape}) "
+                    f"would become {spec.dtype.name} {spec.shape}"
+                )
+        added = []
+        for i, spec in enumerate(specs[len(op.outputs) :], start=len(op.outputs)):
+            k = i - len(op.outputs)
+            added.append(Tensor(self, names[k] if k < len(names) else kind.out_name(i), spec))
+        before = {id(sub.graph): sub.graph for sub in op.subgraphs}
+        op.opdef, op.inputs, op.attrs = kind, new_inputs, normal
+        op.outputs = (*op.outputs, *added)
+        for t in added:
+            t.producer = op
+        after = {id(sub.graph): sub.graph for sub in op.subgraphs}
+        for key, g in before.items():
+            if key not in after:
+                g._call_sites = [site for site in g._call_sites if site is not op]
+        for key, g in after.items():
+            if key not in before:
+                g._call_sites.append(op)
 
     def _add_input(self, t: Tensor, by_ref: bool = False) -> None:
         self._inputs.append(t)
@@ -152,7 +227,7 @@ class Graph:
         """
         if t.graph is not self:
             raise ValueError(f"{t.id} is not in graph {self.id!r} and cannot be one of its outputs")
-        fixed = [site for site in self._call_sites if not site.opdef.outputs_follow_graph]
+        fixed = [site for site in self._call_sites if not all(sub.outputs_follow for sub in self._runs(site))]
         if fixed:
             raise ValueError(
                 f"Cannot add {t.id} to the outputs of {self.id!r}: it is run by {fixed[0]}, "
@@ -160,9 +235,7 @@ class Graph:
             )
         self._outputs.append(t)
         for site in self._call_sites:
-            out = Tensor(site.graph, t.name, t.spec)
-            out.producer = site
-            site.outputs.append(out)
+            site.graph.rewrite_op(site, names=[t.name])
 
     def add_input_from_callers(
         self, name: str, spec: TensorSpec, parent_of: Callable[[Op], Tensor], by_ref: bool = False
@@ -173,7 +246,7 @@ class Graph:
         Only ops whose inputs follow their graph's (calls, loops) take new inputs: others refuse.
         """
         for site in self._call_sites:
-            if not site.opdef.inputs_follow_graph:
+            if not all(sub.inputs_follow for sub in self._runs(site)):
                 raise ValueError(f"Cannot add an input to {self.id!r}: it is run by {site}, which takes no new inputs")
         parents = [(site, parent_of(site)) for site in self._call_sites]
         for site, parent in parents:
@@ -182,7 +255,7 @@ class Graph:
         with self:
             t = graph_input(spec.shape, spec.dtype, name, by_ref, spec.meta_shape)
         for site, parent in parents:
-            site.inputs.append(parent)
+            site.graph.rewrite_op(site, inputs=[*site.inputs, parent])
         return t
 
     def keep_outputs(self, count: int) -> None:
@@ -199,6 +272,10 @@ class Graph:
         if len(new) != len(self._inputs) or {id(t) for t in new} != {id(t) for t in self._inputs}:
             raise ValueError(f"The new input order of {self.id!r} is not a permutation of its inputs")
         self._inputs = new
+
+    def _runs(self, site: Op) -> list[Subgraph]:
+        """How op `site` runs this graph, as its op kind declares."""
+        return [sub for sub in site.subgraphs if sub.graph is self]
 
     def _require_no_call_sites(self, what: str) -> None:
         if self._call_sites:

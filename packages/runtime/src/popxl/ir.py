@@ -71,7 +71,7 @@ class Ir:
         self._num_host_transfers = 1
         self._pb_ir = _PbIr(self)
         self._dot_ordinal = itertools.count(1)
-        self._session_created = False
+        self._replication_locked = False
         self._graphs: list[Graph] = []
         self.main_graph = Graph(self, "", "main_graph")
         if replication == "popdist":
@@ -101,7 +101,7 @@ class Ir:
 
     @replication_factor.setter
     def replication_factor(self, value: int) -> None:
-        if self._session_created:
+        if self._replication_locked:
             raise RuntimeError("The replication factor cannot change after a Session was created")
         if int(value) < 1:
             raise ValueError(f"replication_factor must be >= 1, got {value}")
@@ -130,11 +130,17 @@ class Ir:
         """The main graph followed by every subgraph."""
         return (self.main_graph, *self._graphs)
 
-    def _next_dedup(self) -> int:
+    def next_dedup(self) -> int:
+        """The next value of the counter that makes repeated tensor names unique (popxl's `__t<c>`)."""
         return next(self._dedup_counter)
 
-    def _next_buffer_id(self) -> int:
+    def next_buffer_id(self) -> int:
+        """A fresh remote buffer id (popxl numbers them from 1)."""
         return next(self._buffer_counter)
+
+    def lock_replication(self) -> None:
+        """Refuse later changes of the replication factor: a Session was created for this Ir."""
+        self._replication_locked = True
 
     def create_empty_graph(self, name: str | None = None) -> Graph:
         """A new subgraph with no inputs, ops or outputs."""

@@ -11,6 +11,7 @@ define new op kinds the same way through `popxl.extension`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -46,10 +47,19 @@ ViewUpdateFn = Callable[[Attrs, Sequence[Any], Any], Sequence[Any]]
 
 
 class Subgraph(NamedTuple):
-    """A graph an op runs, and how many times one execution of the op runs it."""
+    """A graph an op runs: how many times one execution of the op runs it, and how the op's inputs and
+    outputs follow the graph's.
+
+    `inputs_follow`: the op's inputs are the graph's inputs, in order, so an input added to the graph later
+    can be fed at the op too (calls and loops). `outputs_follow`: the op's outputs are the graph's, so an
+    output added to the graph later becomes an output of the op too (a call; not a loop, whose outputs are
+    carried into its inputs).
+    """
 
     graph: Graph
     trips: int
+    inputs_follow: bool = False
+    outputs_follow: bool = False
 
 
 def no_resources(attrs: Attrs) -> frozenset[Resource]:
@@ -78,7 +88,8 @@ class OpDef:
       graph and returns one gradient (or None) per input.
     - `reads(attrs)` / `writes(attrs)`: the resources (remote buffers, host
       streams, the run-time check result) an execution may read / replace.
-    - `subgraphs(attrs)`: the graphs the op runs and how often.
+    - `subgraphs(attrs)`: the graphs the op runs, how often, and whether the
+      op's inputs and outputs follow each graph's (`Subgraph`).
     - `groupings(attrs)`: the replica groupings the op communicates over.
     - `modifies(attrs)`: input index -> index of the output holding its updated
       value (the output aliases the input), or None when no output does.
@@ -87,11 +98,13 @@ class OpDef:
       shares their storage, so that an in-place update of either is seen
       through both; it returns the inputs' values with the viewed elements
       replaced by `view`.
-    - `outputs_follow_graph`: the op's outputs are its subgraph's outputs, so a
-      graph output added later becomes an output of the op too.
-    - `inputs_follow_graph`: the op's inputs are its subgraph's inputs, in
-      order, so a graph input added later can be fed at the op too.
     - `check(op)` may refuse an op when a session is created.
+    - `departure`: where the op kind computes or differentiates differently
+      from popxl, or has no popxl op, in words (empty: it does as popxl).
+    - `modifies_note`: for kinds whose updated inputs depend on their attrs,
+      which ones, in words.
+    - `origin`: the module that registered the kind, filled in by `register`
+      (the runtime's own kinds are those from `popxl.*`).
     """
 
     name: str
@@ -106,10 +119,11 @@ class OpDef:
     groupings: Callable[[Attrs], Sequence[ReplicaGrouping]] = _none
     modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
     view_update: ViewUpdateFn | None = None
-    outputs_follow_graph: bool = False
-    inputs_follow_graph: bool = False
     check: Callable[[Op], None] | None = None
     identity_replaceable: Callable[[Op], bool] | None = None
+    departure: str = ""
+    modifies_note: str = ""
+    origin: str = ""
 
     def out_name(self, i: int) -> str:
         """Default name of output `i`."""
@@ -133,9 +147,14 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def register(opdef: OpDef) -> OpDef:
-    """Add an op kind to the registry."""
+    """Add an op kind to the registry, recording the module that registers it as its `origin`."""
     if opdef.name in REGISTRY and REGISTRY[opdef.name] is not opdef:
         raise ValueError(f"An op kind named {opdef.name!r} is already registered")
+    if not opdef.origin:
+        caller = inspect.currentframe()
+        caller = caller.f_back if caller is not None else None
+        # Op kinds made by a factory function are registered by the factory's module all the same.
+        opdef.origin = str(caller.f_globals.get("__name__", "")) if caller is not None else ""
     REGISTRY[opdef.name] = opdef
     return opdef
 
@@ -146,8 +165,8 @@ class Op:
 
     opdef: OpDef
     graph: Graph
-    inputs: list[Tensor]
-    outputs: list[Tensor]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
     attrs: dict[str, Any]
     placement: context.Placement
     index: int = 0
@@ -213,31 +232,6 @@ def reachable_graphs(graph: Graph) -> list[Graph]:
     return list(seen.values())
 
 
-def modified_roots(graph: Graph) -> list[Tensor]:
-    """The tensors of `graph` whose storage its ops update in place (through in-place outputs and views)."""
-    same: dict[Tensor, Tensor] = {}
-    views: dict[Tensor, Op] = {}
-    found: dict[Tensor, None] = {}
-
-    def mark(t: Tensor) -> None:
-        while t in same:
-            t = same[t]
-        if t in views:
-            for parent in views[t].inputs:
-                mark(parent)
-        else:
-            found[t] = None
-
-    for op in graph.ops:
-        if op.opdef.view_update is not None:
-            views[op.outputs[0]] = op
-        for i, out in op.modifies.items():
-            mark(op.inputs[i])
-            if out is not None:
-                same[op.outputs[out]] = op.inputs[i]
-    return list(found)
-
-
 def check_inputs(graph: Graph, inputs: Sequence[Any], what: str) -> None:
     """Raise unless every input is a Tensor of `graph`."""
     for i, t in enumerate(inputs):
@@ -268,15 +262,5 @@ def add_op(
     names: Sequence[str | None] | None = None,
     graph: Graph | None = None,
 ) -> Op:
-    """Add an op of kind `opdef` to the current graph and return it."""
-    graph = graph if graph is not None else context.gcg()
-    check_inputs(graph, inputs, f"op '{opdef.name}'")
-    normal, specs = opdef.signature([t.spec for t in inputs], attrs or {})
-    scope = context.name_scope_prefix()
-    outputs = []
-    for i, spec in enumerate(specs):
-        given = names[i] if names is not None and i < len(names) else None
-        outputs.append(Tensor(graph, scope + (given or opdef.out_name(i)), spec))
-    op = Op(opdef, graph, list(inputs), outputs, normal, context.current_placement(graph))
-    graph._add_op(op)
-    return op
+    """Add an op of kind `opdef` to `graph` (default: the current graph) and return it."""
+    return (graph if graph is not None else context.gcg()).add_op(opdef, inputs, attrs, names)

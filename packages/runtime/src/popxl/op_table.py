@@ -171,45 +171,12 @@ POPXL_OPS: dict[str, list[str]] = {
     ],
 }
 
-# Where an op kind computes or differentiates differently from popxl, or where popxl has no such op.
-DEPARTURES: dict[str, str] = {
-    "replicated_all_reduce": "gradient: the exact one for add/mean/local (popxl has none)",
-    "replicated_reduce_scatter": "gradient: popxl's all-gather for 'local'; the same, exact, for 'add' (popxl: none)",
-    "replicated_all_gather": "gradient: popxl's rule, each replica's own part (not the sum over replicas)",
-    "print_tensor": "printed with NumPy's formatting",
-    "random_uniform": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
-    "random_normal": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
-    "dropout": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
-    "shaped_dropout": "JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
-    "roi_align": "no gradient for the regions (as popart); sampling_ratio must be positive (a static grid)",
-    "interpolate": "'tf_crop_and_resize' uses the whole input as its region (popxl passes none)",
-    "all_reduce": "within a replica all IPUs are one device: each output is the reduction of the inputs",
-    "split_random_seed": "JAX's threefry split",
-    "io_tile_copy": "a copy: there are no IO tiles",
-    "vjp": "the gradient of a forward op kind through JAX's VJP of its lowering (no popxl op)",
-    "floor": "not exported by popxl.ops",
-    "sigmoid": "not exported by popxl.ops",
-    "square": "not exported by popxl.ops",
-    "reciprocal": "not exported by popxl.ops",
-    "minimum": "not exported by popxl.ops",
-    "less": "not exported by popxl.ops",
-    "expand": "not exported by popxl.ops",
-}
-
-
-# In-place op kinds whose updated inputs depend on their attrs.
-IN_PLACE_BY_ATTRS: dict[str, str] = {
-    "call": "the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
-    "repeat": "the called graph's by-reference inputs",
-    "adam_updater": "its step counter, when given",
-}
-
 
 def _in_place(opdef: OpDef) -> str:
     if opdef.view_update is not None:
         return "a view: shares its inputs' storage"
-    if opdef.name in IN_PLACE_BY_ATTRS:
-        return "updates " + IN_PLACE_BY_ATTRS[opdef.name]
+    if opdef.modifies_note:
+        return "updates " + opdef.modifies_note
     updated = opdef.modifies({})
     return ", ".join(f"updates input {i}" for i in sorted(updated))
 
@@ -223,7 +190,7 @@ def _namespace(path: str) -> object:
 
 def runtime_op_kinds() -> list[str]:
     """The op kinds this runtime registers (extensions registered by other packages aside), sorted."""
-    return sorted(name for name, opdef in REGISTRY.items() if opdef.lower.__module__.startswith("popxl."))
+    return sorted(name for name, opdef in REGISTRY.items() if opdef.origin.startswith("popxl."))
 
 
 def _gradient(opdef: OpDef) -> str:
@@ -259,7 +226,7 @@ def markdown() -> str:
     ]
     for name in runtime_op_kinds():
         opdef = REGISTRY[name]
-        lines.append(f"| `{name}` | {_gradient(opdef)} | {_in_place(opdef)} | {DEPARTURES.get(name, '')} |")
+        lines.append(f"| `{name}` | {_gradient(opdef)} | {_in_place(opdef)} | {opdef.departure} |")
     return "\n".join(lines) + "\n"
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from popxl import context, dtypes
-from popxl.ir import Ir
 from popxl.replica_grouping import ReplicaGrouping
+
+if TYPE_CHECKING:
+    from popxl.ir import Ir
 
 
 class RemoteBuffer:
@@ -27,7 +29,7 @@ class RemoteBuffer:
         self.shard_over: int | None = None
         # How error messages name entry i; transforms that lay entries out (rows of steps) set it.
         self.name_entry: Callable[[int], str] | None = None
-        self.remote_buffer_id = self._ir._next_buffer_id()
+        self.remote_buffer_id = self._ir.next_buffer_id()
         self._entries = 1
         self.entries = entries
 

@@ -12,7 +12,7 @@ from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import Constant, LoadedVariable, Tensor, Variable
+from popxl.tensor import Constant, Tensor, Variable
 from popxl.utils import to_numpy
 
 Array = np.ndarray[Any, Any]
@@ -56,7 +56,7 @@ class Session:
             v.id for v in self._program.variables if v.is_memmap and not v.host_data.flags.writeable
         ]
         self.weights_to_host_on_exit = weights_to_host_on_exit and not self._read_only_maps
-        ir._session_created = True
+        ir.lock_replication()
         ir.write_final_dot()
         # Host values are replaced, never written in place, so they start as the variables' own data.
         self._host: dict[Variable, Array] = {v: v.host_data for v in self._program.variables}
@@ -237,11 +237,8 @@ class Session:
     def write_variables_data(self, tensors: Mapping[Variable, Any]) -> None:
         """Set the host values of several variables (and their device values when attached)."""
         checked: dict[Variable, Array] = {}
-        for var, data in tensors.items():
-            if not isinstance(var, Variable):
-                raise TypeError(f"Tensor {getattr(var, 'id', var)} is not of type Variable")
-            if isinstance(var, LoadedVariable):
-                raise TypeError(f"{var} is the on-device value of {var.whole}: write {var.whole.name!r} instead")
+        for given, data in tensors.items():
+            var = self._program.state.host_variable(given, "write")
             if var.retrieval_mode == "all_replicas" and var.replica_grouping.group_size > 1:
                 raise NotImplementedError(
                     f'Copying to tensor {var.id} with "all_replicas" retrieval mode is not yet supported.'
@@ -252,8 +249,6 @@ class Session:
                 raise TypeError(f"Data for {var.id} has dtype {arr.dtype}, expected {host}")
             if arr.shape != var.shape_on_host:
                 raise ValueError(f"Data for {var.id} has shape {arr.shape}, expected {var.shape_on_host}")
-            if not any(var is v for v in self._program.variables):
-                raise ValueError(f"{var.id} is not a variable of this session's Ir")
             checked[var] = arr.copy()
         if self.is_attached and self._host_stale:
             self.weights_to_host()
@@ -265,7 +260,7 @@ class Session:
         """Each replica's value of `var`, in replica order (popxl's "all_replicas" retrieval)."""
         if self.is_attached:
             return dtypes.host_view(self._program.replica_rows(self._state, var))
-        return self._program.replica_values(var, self._host[var])
+        return self._program.state.replica_values(var, self._host[var])
 
     def get_tensor_data(self, tensor: Tensor) -> Array:
         """The host value of a Variable or Constant."""
@@ -277,9 +272,8 @@ class Session:
         for t in tensors:
             if isinstance(t, Constant):
                 out[t] = dtypes.host_view(t.data.copy())
-            elif isinstance(t, LoadedVariable):
-                raise TypeError(f"{t} is the on-device value of {t.whole}: read {t.whole.name!r} instead")
             elif isinstance(t, Variable):
+                t = self._program.state.host_variable(t, "read")
                 if self.is_attached and self._host_stale:
                     self.weights_to_host()
                 held = self._host[t]

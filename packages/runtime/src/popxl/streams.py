@@ -12,7 +12,7 @@ class _Stream(SpecView):
     def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str, kind: str) -> None:
         main = context.gir().main_graph
         self._spec = TensorSpec(tuple(shape), dtype)
-        self._id = main._unique_id(name)
+        self._id = main.take_id(name)
         self._kind = kind
 
     @property

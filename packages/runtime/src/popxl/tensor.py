@@ -99,9 +99,9 @@ class Tensor(SpecView):
     def __init__(self, graph: Graph, name: str, spec: TensorSpec) -> None:
         self._graph = graph
         self._spec = spec
-        self._id = graph._unique_id(name)
+        self._id = graph.take_id(name)
         self.producer: Op | None = None
-        graph._tensors.append(self)
+        graph.add_tensor(self)
 
     @property
     def id(self) -> str:

@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from popxl.graph import Graph
+from popxl.lowering.aliasing import Aliasing
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, World
-from popxl.op import CHECK_RESULT, Op, Resource, graph_writes
+from popxl.op import CHECK_RESULT, Resource, graph_writes
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, Tensor
 
@@ -113,25 +114,18 @@ def execute(
 ) -> list[jax.Array]:
     """Run every op of `graph` in creation order from the `bound` values; returns the final values of `results`.
 
-    A tensor that an in-place op's output aliases shares its storage, and so
-    does a view with the tensors it views: a later in-place update through
-    any of them is seen through all. A view's value is derived from its
-    inputs whenever it is read, and writing it writes them.
+    Which tensors share storage comes from `Aliasing`: a later in-place update
+    through any of them is seen through all. A view's value is derived from
+    its inputs whenever it is read, and writing it writes them.
     """
-    same: dict[Tensor, Tensor] = {}
-    views: dict[Tensor, Op] = {}
+    aliasing = Aliasing(graph)
     values: dict[Tensor, jax.Array] = dict(bound)
 
-    def storage(t: Tensor) -> Tensor:
-        while t in same:
-            t = same[t]
-        return t
-
     def value(t: Tensor) -> jax.Array:
-        s = storage(t)
-        if s in views:
-            view = views[s]
+        view = aliasing.view(t)
+        if view is not None:
             return view.opdef.lower(ctx, view.attrs, *(value(p) for p in view.inputs))[0]
+        s = aliasing.storage(t)
         if s in values:
             return values[s]
         if isinstance(s, Constant):
@@ -139,15 +133,14 @@ def execute(
         raise RuntimeError(f"{t.id} has no value: it is used before any op produces it")
 
     def write(t: Tensor, new: jax.Array) -> None:
-        s = storage(t)
-        if s in views:
-            view = views[s]
-            assert view.opdef.view_update is not None
-            updated = view.opdef.view_update(view.attrs, [value(p) for p in view.inputs], new)
-            for parent, v in zip(view.inputs, updated):
-                write(parent, v)
-        else:
-            values[s] = new
+        view = aliasing.view(t)
+        if view is None:
+            values[aliasing.storage(t)] = new
+            return
+        assert view.opdef.view_update is not None
+        updated = view.opdef.view_update(view.attrs, [value(p) for p in view.inputs], new)
+        for parent, v in zip(view.inputs, updated):
+            write(parent, v)
 
     for op in graph.ops:
         lowered = op.opdef.lower(ctx, op.attrs, *(value(t) for t in op.inputs))
@@ -159,14 +152,10 @@ def execute(
                 f"The lowering of {op.name} returned {len(lowered)} values, expected {n} outputs "
                 f"and {len(unaliased)} modified inputs"
             )
-        if op.opdef.view_update is not None:
-            views[op.outputs[0]] = op
-        else:
-            values.update(zip(op.outputs, lowered[:n]))
+        values.update((t, v) for t, v in zip(op.outputs, lowered) if aliasing.owns_storage(t))
         for i, v in zip(unaliased, lowered[n:]):
             write(op.inputs[i], v)
         for i, out in modifies.items():
             if out is not None:
-                write(op.inputs[i], values.pop(op.outputs[out]))
-                same[op.outputs[out]] = op.inputs[i]
+                write(op.inputs[i], lowered[out])
     return [value(t) for t in results]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
@@ -12,32 +12,30 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
+# JAX's dead-code elimination of jaxprs, which cuts the check program from the step's trace, has no public name.
+from jax._src.interpreters import partial_eval
+
 from popxl.errors import OutOfRangeError
 from popxl.ir import Ir
+from popxl.lowering.aliasing import Aliasing
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.memory import memory_figures
 from popxl.lowering.placement import ReplicaPlacement
 from popxl.lowering.remote_memory import MEMORY_KINDS
 from popxl.lowering.replicas import ReplicaMesh
+from popxl.lowering.state import State, StateLayout, buffer_key, merged
 from popxl.lowering.world import CheckState, HostOutput, World
-from popxl.op import CHECK_RESULT, Resource, graph_writes, modified_roots, reachable_graphs
+from popxl.op import CHECK_RESULT, Op, Resource, graph_writes, reachable_graphs
 from popxl.remote_buffer import RemoteBuffer
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import LoadedVariable, RemoteVariable, Tensor, Variable
+from popxl.tensor import Tensor, Variable
 
-State = dict[str, dict[str, jax.Array]]
-_PARTS = ("vars", "buffers")
 HOST_MEMORY = "pinned_host"
 # Overrides the default placement of remote buffers, so that a whole test suite can run with either.
 REMOTE_MEMORY_VARIABLE = "POPXL_REMOTE_MEMORY"
 
 _IPU_NAMES = ("ipu_hw", "ipu_model")
 _warned_no_ipu = False
-
-
-def buffer_key(buffer: RemoteBuffer) -> str:
-    """The key of a remote buffer's storage in the program's state."""
-    return f"buffer{buffer.remote_buffer_id}"
 
 
 def _platform(device_desc: str) -> str | None:
@@ -55,7 +53,7 @@ def _platform(device_desc: str) -> str | None:
 
 
 class Program:
-    """The lowered program of an Ir: state layout, streams, replicas and the jitted step."""
+    """The lowered program of an Ir: its state layout, streams, replica mesh and placement, and the compiled step."""
 
     def __init__(
         self,
@@ -73,32 +71,31 @@ class Program:
         if remote_memory not in (None, *MEMORY_KINDS):
             raise ValueError(f"remote_memory must be None, 'host' or 'device', got {remote_memory!r}")
         self.ir = ir
-        main = ir.main_graph
-        ops = [op for g in reachable_graphs(main) for op in g.ops]
-        for op in ops:
-            if op.opdef.check is not None:
-                op.opdef.check(op)
-        # A loaded variable's host value is its whole variable's, so only the latter has one.
-        self.variables: list[Variable] = [v for v in main.variables if not isinstance(v, LoadedVariable)]
-        # Remote variables live in their buffer's entry; the rest are state the step carries.
-        self.device_variables = [v for v in main.variables if not isinstance(v, RemoteVariable)]
-        self.remote_variables = [v for v in self.variables if isinstance(v, RemoteVariable)]
-        self.loaded = {v.whole: v for v in main.variables if isinstance(v, LoadedVariable)}
+        self.replicas = ir.replication_factor
+        ops = [op for g in reachable_graphs(ir.main_graph) for op in g.ops]
+        _check_ops(ops)
+        self._collect_resources(ops)
+        self.state = self._lay_out_state()
+        self._place_replicas(ops, device_desc, replica_mode)
+        self.remote_memory = self._remote_memory(remote_memory)
+        self._build_step(checks, donate_state is None or donate_state)
+
+    def _collect_resources(self, ops: list[Op]) -> None:
+        """The remote buffers and host streams the program's ops read or write."""
         used = _unique(r for op in ops for r in sorted(op.reads | op.writes, key=repr))
         self.buffers: list[RemoteBuffer] = [r for r in used if isinstance(r, RemoteBuffer)]
         self.h2d: list[HostToDeviceStream] = [r for r in used if isinstance(r, HostToDeviceStream)]
         self.d2h: list[DeviceToHostStream] = [r for r in used if isinstance(r, DeviceToHostStream)]
-        groupings = [g for op in ops for g in op.groupings]
-        # What one run replaces, from the ops' declarations: it is all the step returns.
-        writes = graph_writes(main)
-        modified = set(modified_roots(main))
-        self.written_variables = [v for v in self.device_variables if v in modified]
-        self._written = {
-            "vars": sorted(v.id for v in self.written_variables),
-            "buffers": sorted(buffer_key(b) for b in self.buffers if b in writes),
-        }
-        self.replicas = ir.replication_factor
-        self.mesh = ReplicaMesh(self.replicas, groupings)
+
+    def _lay_out_state(self) -> StateLayout:
+        """The state layout, with what one run writes from the ops' declarations: it is all the step returns."""
+        main = self.ir.main_graph
+        written = [*Aliasing(main).written(), *graph_writes(main)]
+        return StateLayout(main.variables, self.buffers, self.replicas, written)
+
+    def _place_replicas(self, ops: list[Op], device_desc: str, replica_mode: str) -> None:
+        """The replica mesh over the groupings the ops use, and the devices that run the replicas."""
+        self.mesh = ReplicaMesh(self.replicas, [g for op in ops for g in op.groupings])
         platform = _platform(device_desc)
         try:
             available = jax.devices(platform) if platform else jax.devices()
@@ -113,21 +110,31 @@ class Program:
             )
         self.replica_devices = available[: self.replicas] if use_devices and self.replicas > 1 else None
         self.placement = ReplicaPlacement(self.mesh, self.replica_devices, self.device)
+
+    def _remote_memory(self, asked: str | None) -> str:
+        """Where remote buffers live: as asked, else pinned host memory wherever the device has it."""
         has_host = any(m.kind == HOST_MEMORY for m in self.device.addressable_memories())
-        if remote_memory == "host" and not has_host:
+        if asked == "host" and not has_host:
             raise ValueError(f"remote_memory='host' needs a '{HOST_MEMORY}' memory, which {self.device} lacks")
-        self.remote_memory = remote_memory or ("host" if has_host else "device")
+        return asked or ("host" if has_host else "device")
+
+    def _build_step(self, checks: bool, donate: bool) -> None:
+        """The jitted step; it is traced and compiled at the first run for each layout of its arguments.
+
+        The state a run writes is donated to XLA and updated in place (unless donate_state=False). The step
+        is traced once, with its checks; a checked run first evaluates them in a program cut from that trace
+        (dead-code elimination to the check result) and runs the step only if all replicas pass: a failed
+        run changes nothing.
+        """
         self.sites = CheckSites() if checks else None
-        # The state a run writes is donated to XLA and updated in place (unless donate_state=False). A checked
-        # run first evaluates every check in a program of its own, which XLA reduces to what computes the
-        # checked indices, and runs the step only if all replicas pass: a failed run changes nothing.
-        donate = (0,) if donate_state is None or donate_state else ()
-        self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donate)
-        self._checks = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)) if checks else None
-        # Checks that depend on nothing a run is given pass or fail alike in every run: evaluated once.
-        self._check_program: Any = None  # compiled at the first run
-        self._static_checks = False
-        self._static_failure: str | None = None
+        donated = (0,) if donate else ()
+        self._step = jax.jit(self.mesh.per_replica(self._split_step, self.replica_devices), donate_argnums=donated)
+        self._compiled: dict[Any, _Compiled] = {}
+
+    @property
+    def variables(self) -> list[Variable]:
+        """The variables with a host value (a loaded variable's is its whole variable's)."""
+        return self.state.variables
 
     @property
     def buffer_memory_kind(self) -> str | None:
@@ -140,21 +147,12 @@ class Program:
         return "devices" if self.replica_devices is not None else "simulate"
 
     def _split_step(self, written: State, readonly: State, host_inputs: dict[str, jax.Array]) -> Any:
-        state = {part: {**readonly[part], **written[part]} for part in _PARTS}
-        written, outputs, _ = self._replica_step(state, host_inputs, None)
-        return written, outputs
+        written, outputs, check = self._replica_step(merged(written, readonly), host_inputs, self.sites)
+        return (written, outputs, check) if self.sites is not None else (written, outputs)
 
     def _split_checks(self, written: State, readonly: State, host_inputs: dict[str, jax.Array]) -> CheckState:
-        # Only the check result is used: XLA removes the rest of the program that does not feed an index.
-        state = {part: {**readonly[part], **written[part]} for part in _PARTS}
-        _, _, check = self._replica_step(state, host_inputs, self.sites, host_effects=False)
+        _, _, check = self._replica_step(merged(written, readonly), host_inputs, self.sites, host_effects=False)
         return check
-
-    def _split(self, state: State) -> tuple[State, State]:
-        """`state` as (the entries the program writes, the rest)."""
-        written = {part: {k: state[part][k] for k in self._written[part]} for part in _PARTS}
-        readonly = {part: {k: v for k, v in state[part].items() if k not in written[part]} for part in _PARTS}
-        return written, readonly
 
     def _replica_step(
         self, state: State, host_inputs: dict[str, jax.Array], sites: CheckSites | None, host_effects: bool = True
@@ -167,98 +165,30 @@ class Program:
         world = World(values)
         options = self.ir.session_options
         ctx = LoweringContext(world, host_inputs, self.mesh, sites, self.remote_memory, options, host_effects)
-        bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.device_variables}
-        finals = execute(ctx, self.ir.main_graph, bound, self.written_variables)
+        bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.state.carried}
+        finals = execute(ctx, self.ir.main_graph, bound, self.state.written_variables)
         written = {
-            "vars": {v.id: value for v, value in zip(self.written_variables, finals)},
-            "buffers": {k: world.buffer(b) for b in self.buffers if (k := buffer_key(b)) in self._written["buffers"]},
+            "vars": {v.id: value for v, value in zip(self.state.written_variables, finals)},
+            "buffers": {buffer_key(b): world.buffer(b) for b in self.state.written_buffers},
         }
         outputs = {s.tensor_id: world.host_output(s).values for s in self.d2h}
         return written, outputs, world.check_state
 
-    def replica_values(self, var: Variable, host: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Per-replica values `(R, *shape)` of `var` from its host layout."""
-        g = var.replica_grouping
-        if g.num_groups > 1:
-            return np.stack([host[g.group_of(r)] for r in range(self.replicas)])
-        return np.broadcast_to(host, (self.replicas, *host.shape)).copy()
+    def init_state(self, host: Mapping[Variable, np.ndarray[Any, Any]]) -> State:
+        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries)."""
+        return self.state.initial(host, self.placement, self.buffer_memory_kind)
 
-    def host_values(self, var: Variable, replicas: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Host layout of `var` from per-replica values: the first replica of each group."""
-        g = var.replica_grouping
-        if g.num_groups > 1:
-            return np.stack([replicas[g.members(k)[0]] for k in range(g.num_groups)])
-        return np.asarray(replicas[0])
-
-    def _shard_rows(self, var: RemoteVariable, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Each replica's shard of its full value (`rows`, one per replica)."""
-        c = var.buffer.tensor_shape[0]
-        flat = rows.reshape(self.replicas, -1)
-        padded = np.pad(flat, ((0, 0), (0, c * var.shard_over - flat.shape[1])))
-        ranks = [var.shard_domain(r).index(r) for r in range(self.replicas)]
-        return np.stack([padded[r, k * c : (k + 1) * c] for r, k in enumerate(ranks)])
-
-    def _unshard_rows(self, var: RemoteVariable, shards: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Each replica's full value, from the shards held by its shard domain."""
-        size = math.prod(var.meta_shape)
-        full = [np.concatenate([shards[m] for m in var.shard_domain(r)])[:size] for r in range(self.replicas)]
-        return np.stack(full).reshape(self.replicas, *var.meta_shape)
-
-    def _stored_rows(self, var: RemoteVariable, host: Any) -> np.ndarray[Any, Any]:
-        rows = self.replica_values(var, host)
-        return self._shard_rows(var, rows) if var.sharded else rows.reshape(self.replicas, *var.buffer.tensor_shape)
-
-    def init_state(self, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
-        """Device state: variables from `host`, remote buffers zeroed at their final size (but for remote variables)."""
-        r = self.replicas
-        buffers = {
-            buffer_key(b): np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy()) for b in self.buffers
-        }
-        for v in self.remote_variables:
-            if buffer_key(v.buffer) not in buffers:
-                buffers[buffer_key(v.buffer)] = np.zeros(
-                    (r, v.buffer.entries, *v.buffer.tensor_shape), v.dtype.as_numpy()
-                )
-            buffers[buffer_key(v.buffer)][:, v.offset] = self._stored_rows(v, host[v])
-        return {
-            "vars": {v.id: self.placement.put_all(self._device_rows(v, host)) for v in self.device_variables},
-            "buffers": {k: self.placement.put_all(b, self.buffer_memory_kind) for k, b in buffers.items()},
-        }
-
-    def _device_rows(self, v: Variable, host: dict[Variable, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-        if isinstance(v, LoadedVariable):
-            return self._stored_rows(v.whole, host[v.whole])
-        return self.replica_values(v, host[v])
-
-    def with_variables(self, state: State, host: dict[Variable, np.ndarray[Any, Any]]) -> State:
+    def with_variables(self, state: State, host: Mapping[Variable, np.ndarray[Any, Any]]) -> State:
         """`state` with the given variables replaced from host values."""
-        new_vars = dict(state["vars"])
-        new_buffers = dict(state["buffers"])
-        for v, data in host.items():
-            if isinstance(v, RemoteVariable):
-                key = buffer_key(v.buffer)
-                rows = self.placement.fetch_all(new_buffers[key]).copy()
-                rows[:, v.offset] = self._stored_rows(v, data)
-                new_buffers[key] = self.placement.put_all(rows, self.buffer_memory_kind)
-                if v in self.loaded:
-                    new_vars[self.loaded[v].id] = self.placement.put_all(rows[:, v.offset])
-            else:
-                new_vars[v.id] = self.placement.put_all(self.replica_values(v, data))
-        return {"vars": new_vars, "buffers": new_buffers}
+        return self.state.with_variables(state, host, self.placement, self.buffer_memory_kind)
 
-    def read_variables(self, state: State, variables: list[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
-        """Host values of `variables` from device state (a remote variable's from its loaded value, if any)."""
-        return {v: self.host_values(v, self.replica_rows(state, v)) for v in variables}
+    def read_variables(self, state: State, variables: Iterable[Variable]) -> dict[Variable, np.ndarray[Any, Any]]:
+        """Host values of `variables` from device state."""
+        return self.state.read(state, variables, self.placement)
 
-    def replica_rows(self, state: State, v: Variable) -> np.ndarray[Any, Any]:
-        """Every replica's value of `v`, `(replicas, *group shape)`, from device state."""
-        if not isinstance(v, RemoteVariable):
-            return self.placement.fetch_all(state["vars"][v.id])
-        if v in self.loaded:
-            rows = self.placement.fetch_all(state["vars"][self.loaded[v].id])
-        else:
-            rows = self.placement.fetch_all(state["buffers"][buffer_key(v.buffer)])[:, v.offset]
-        return self._unshard_rows(v, rows) if v.sharded else rows.reshape(self.replicas, *v.group_shape)
+    def replica_rows(self, state: State, var: Variable) -> np.ndarray[Any, Any]:
+        """Every replica's value of `var`, `(replicas, *group shape)`, from device state."""
+        return self.state.replica_rows(state, var, self.placement)
 
     def run(
         self, state: State, inputs: dict[str, np.ndarray[Any, Any]]
@@ -266,34 +196,55 @@ class Program:
         """One execution of the main graph: the new state, the outputs `(local replicas, nht, *shape)`, and
         the error of a failed check (when a checked index was out of range on any replica: then the state
         is the one given and there are no outputs)."""
-        device_inputs = self._put_inputs(inputs)
-        written_in, readonly = self._split(state)
-        failure = self._failed_check(written_in, readonly, device_inputs)
+        arguments = self._arguments(state, inputs)
+        compiled = self._compile(arguments)
+        failure = self._failed_check(compiled, arguments)
         if failure is not None:
             return state, {}, failure
-        written, outputs = self._step(written_in, readonly, device_inputs)
+        written, outputs = compiled.step(*arguments)[:2]
         # A run returns once the device has finished it, as in popxl, outputs or not.
         jax.block_until_ready(written)
-        new_state = {part: {**readonly[part], **written[part]} for part in _PARTS}
-        return new_state, {k: self.placement.fetch_local(v) for k, v in outputs.items()}, None
+        return merged(written, arguments[1]), {k: self.placement.fetch_local(v) for k, v in outputs.items()}, None
 
-    def _failed_check(self, *arguments: Any) -> OutOfRangeError | None:
+    def _compile(self, arguments: tuple[Any, ...]) -> _Compiled:
+        """The step and its check program for arguments of this layout, traced and compiled at the first run."""
+        leaves, tree = jax.tree.flatten(arguments)
+        # num_host_transfers may change after the Session is created: it shapes the step's outputs.
+        key = (tree, tuple((a.shape, a.dtype, a.sharding) for a in leaves), self.ir.num_host_transfers)
+        if key not in self._compiled:
+            traced = self._step.trace(*arguments)
+            compiled = _Compiled(traced, traced.lower().compile())
+            if self.sites is not None:
+                compiled.checks, compiled.check_inputs = self._check_program(traced, arguments)
+                if not any(compiled.check_inputs):
+                    # Checks that depend on nothing a run is given pass or fail alike in every run.
+                    compiled.static_failure = self._evaluate_checks(compiled, arguments)
+            self._compiled[key] = compiled
+        return self._compiled[key]
+
+    def _check_program(self, traced: Any, arguments: tuple[Any, ...]) -> tuple[Any, list[bool]]:
+        """The compiled program of the step's checks alone, and which of the flat arguments it takes."""
+        closed = traced.jaxpr
+        checked = [False] * (len(closed.jaxpr.outvars) - len(CheckState._fields)) + [True] * len(CheckState._fields)
+        jaxpr, used = partial_eval.dce_jaxpr(closed.jaxpr, checked)
+        if _has_host_callbacks(jaxpr):
+            # Effects on the host survive dead-code elimination: trace the checks again, without them.
+            closed = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)).trace(*arguments).jaxpr
+            jaxpr, used = partial_eval.dce_jaxpr(closed.jaxpr, True)
+        checks = jax.jit(jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, closed.consts)))
+        return checks.trace(*_taken(arguments, used)).lower().compile(), used
+
+    def _failed_check(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> OutOfRangeError | None:
         """The first check that fails in a run with these arguments, or None."""
-        if self._checks is None:
+        if compiled.checks is None:
             return None
-        if self._check_program is None:
-            # Traced once: the compiled program serves every run (a call of the jitted function would trace again).
-            traced = self._checks.trace(*arguments)
-            self._static_checks = not _reads_arguments(traced.jaxpr)
-            self._check_program = traced.lower().compile()
-            if self._static_checks:
-                self._static_failure = self._evaluate_checks(arguments)
-        failure = self._static_failure if self._static_checks else self._evaluate_checks(arguments)
+        static = not any(compiled.check_inputs)
+        failure = compiled.static_failure if static else self._evaluate_checks(compiled, arguments)
         return None if failure is None else OutOfRangeError(failure)
 
-    def _evaluate_checks(self, arguments: tuple[Any, ...]) -> str | None:
-        assert self._check_program is not None and self.sites is not None
-        error = self._check_program(*arguments)
+    def _evaluate_checks(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> str | None:
+        assert self.sites is not None
+        error = CheckState(*compiled.checks(*_taken(arguments, compiled.check_inputs)))
         codes = self.placement.fetch_all(error.code)
         if not codes.any():
             return None
@@ -308,25 +259,44 @@ class Program:
 
     def traced(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The step traced for these arguments (`jax.stages.Traced`: its jaxpr, and `.lower()`)."""
-        return self._step.trace(*self._arguments(state, inputs))
+        return self._compile(self._arguments(state, inputs)).traced
 
     def memory(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, int]:
         """Device and host bytes of the compiled step, and XLA's figures (see `memory_figures`)."""
         arguments = self._arguments(state, inputs)
-        return memory_figures(self._step.trace(*arguments).lower().compile(), arguments)
+        return memory_figures(self._compile(arguments).step, arguments)
 
     def _arguments(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> tuple[Any, ...]:
-        return (*self._split(state), self._put_inputs(inputs))
+        return (*self.state.split(state), self._put_inputs(inputs))
 
 
-def _reads_arguments(closed: Any) -> bool:
-    """Whether any output of a traced program depends on its arguments (not on constants alone)."""
-    jaxpr = closed.jaxpr
-    live = {v for v in jaxpr.outvars if isinstance(v, jax.extend.core.Var)}
-    for eqn in reversed(jaxpr.eqns):
-        if any(v in live for v in eqn.outvars):
-            live.update(v for v in eqn.invars if isinstance(v, jax.extend.core.Var))
-    return any(v in live for v in jaxpr.invars)
+class _Compiled:
+    """One layout's traced step, its executable and its check program (with the flat arguments it takes)."""
+
+    def __init__(self, traced: Any, step: Any) -> None:
+        self.traced = traced
+        self.step = step
+        self.checks: Any = None
+        self.check_inputs: list[bool] = []
+        self.static_failure: str | None = None
+
+
+def _check_ops(ops: list[Op]) -> None:
+    """Let each op kind refuse its ops that this runtime cannot run."""
+    for op in ops:
+        if op.opdef.check is not None:
+            op.opdef.check(op)
+
+
+def _taken(arguments: tuple[Any, ...], used: list[bool]) -> list[Any]:
+    return [a for a, u in zip(jax.tree.leaves(arguments), used, strict=True) if u]
+
+
+def _has_host_callbacks(jaxpr: Any) -> bool:
+    """Whether `jaxpr` or any jaxpr inside it calls back to the host."""
+    if any(eqn.primitive.name == "debug_callback" for eqn in jaxpr.eqns):
+        return True
+    return any(_has_host_callbacks(sub) for sub in jax.extend.core.subjaxprs(jaxpr))
 
 
 def _unique(items: Any) -> list[Any]:

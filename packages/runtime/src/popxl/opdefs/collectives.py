@@ -80,6 +80,7 @@ ALL_REDUCE = register(
         _lower_all_reduce,
         grad=_all_reduce_grad,
         groupings=group_of,
+        departure="gradient: the exact one for add/mean/local (popxl has none)",
     )
 )
 
@@ -141,6 +142,7 @@ REDUCE_SCATTER = register(
         lambda ctx, attrs, x: [_own_shard(ctx, all_reduce_values(ctx, x, attrs["op"], attrs["group"]), attrs["group"])],
         grad=_reduce_scatter_grad,
         groupings=group_of,
+        departure="gradient: popxl's all-gather for 'local'; the same, exact, for 'add' (popxl: none)",
     )
 )
 
@@ -190,7 +192,14 @@ def _gather_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) ->
 
 
 ALL_GATHER = register(
-    OpDef("replicated_all_gather", _gather_infer, _lower_gather, grad=_gather_grad, groupings=group_of)
+    OpDef(
+        "replicated_all_gather",
+        _gather_infer,
+        _lower_gather,
+        grad=_gather_grad,
+        groupings=group_of,
+        departure="gradient: popxl's rule, each replica's own part (not the sum over replicas)",
+    )
 )
 
 
@@ -247,5 +256,6 @@ IPU_ALL_REDUCE = register(
         _lower_ipu_all_reduce,
         grad=_ipu_all_reduce_grad,
         normalise=_ipu_all_reduce_normalise,
+        departure="within a replica all IPUs are one device: each output is the reduction of the inputs",
     )
 )

@@ -99,7 +99,15 @@ def _infer_vjp(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
 
 
 # The forward op's kind and a copy of its attrs: a gradient graph never changes with its forward graph.
-VJP = register(OpDef("vjp", _infer_vjp, _lower_vjp, output_names=("vjp_out",)))
+VJP = register(
+    OpDef(
+        "vjp",
+        _infer_vjp,
+        _lower_vjp,
+        output_names=("vjp_out",),
+        departure="the gradient of a forward op kind through JAX's VJP of its lowering (no popxl op)",
+    )
+)
 
 
 def vjp_grad(needs: dict[int, tuple[int, ...]] | None = None, linear: bool = False) -> GradFn:

@@ -62,10 +62,9 @@ CALL = register(
         _lower_call,
         reads=_reads,
         writes=_writes,
-        subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1),),
+        subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1, inputs_follow=True, outputs_follow=True),),
         modifies=lambda attrs: dict.fromkeys(call_modified(attrs)),
-        outputs_follow_graph=True,
-        inputs_follow_graph=True,
+        modifies_note="the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
     )
 )
 
@@ -135,9 +134,9 @@ REPEAT = register(
         normalise=_repeat_normalise,
         reads=_reads,
         writes=_writes,
-        subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"]),),
+        subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"], inputs_follow=True),),
         modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
-        inputs_follow_graph=True,
+        modifies_note="the called graph's by-reference inputs",
     )
 )
 

@@ -46,4 +46,13 @@ def _grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> list[T
     return [create_op(PRINT_TENSOR, [dy], attrs)[0]]
 
 
-PRINT_TENSOR = register(OpDef("print_tensor", like_input(0), _lower, grad=_grad, output_names=("print_tensor_out",)))
+PRINT_TENSOR = register(
+    OpDef(
+        "print_tensor",
+        like_input(0),
+        _lower,
+        grad=_grad,
+        output_names=("print_tensor_out",),
+        departure="printed with NumPy's formatting",
+    )
+)

@@ -19,13 +19,14 @@ if TYPE_CHECKING:
 Fn = Callable[..., jax.Array]
 
 
-def _unary(name: str, fn: Fn, differentiable: bool = True) -> OpDef:
+def _unary(name: str, fn: Fn, differentiable: bool = True, departure: str = "") -> OpDef:
     return register(
         OpDef(
             name,
             like_input(0),
             lambda ctx, attrs, x: [fn(x)],
             grad=vjp_grad() if differentiable else None,
+            departure=departure,
         )
     )
 
@@ -39,18 +40,18 @@ EXP = _unary("exp", jnp.exp)
 LOG = _unary("log", jnp.log)
 SQRT = _unary("sqrt", jnp.sqrt)
 TANH = _unary("tanh", jnp.tanh)
-SIGMOID = _unary("sigmoid", jax.nn.sigmoid)
+SIGMOID = _unary("sigmoid", jax.nn.sigmoid, departure="not exported by popxl.ops")
 RELU = _unary("relu", jax.nn.relu)
 GELU = _unary("gelu", _gelu)
 ABS = _unary("abs", jnp.abs)
 SIN = _unary("sin", jnp.sin)
 COS = _unary("cos", jnp.cos)
-SQUARE = _unary("square", jnp.square)
-RECIPROCAL = _unary("reciprocal", jnp.reciprocal)
+SQUARE = _unary("square", jnp.square, departure="not exported by popxl.ops")
+RECIPROCAL = _unary("reciprocal", jnp.reciprocal, departure="not exported by popxl.ops")
 LOGICAL_NOT = _unary("logical_not", jnp.logical_not, differentiable=False)
 # popart defines no gradient for these: their derivative is zero almost everywhere.
 CEIL = _unary("ceil", jnp.ceil, differentiable=False)
-FLOOR = _unary("floor", jnp.floor, differentiable=False)
+FLOOR = _unary("floor", jnp.floor, differentiable=False, departure="not exported by popxl.ops")
 SIGN = _unary("sign", lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), jnp.sign(x)), differentiable=False)
 SWISH = _unary("swish", lambda x: x * jax.nn.sigmoid(x))
 GELU_ERF = _unary("geluerf", lambda x: jax.nn.gelu(x, approximate=False))
@@ -128,6 +129,7 @@ def _binary(
     linear: bool = False,
     out_dtype: dtypes.dtype | None = None,
     differentiable: bool = True,
+    departure: str = "",
 ) -> OpDef:
     return register(
         OpDef(
@@ -135,6 +137,7 @@ def _binary(
             _binary_infer(name, out_dtype),
             lambda ctx, attrs, a, b: [fn(a, b)],
             grad=vjp_grad(grad_needs, linear) if differentiable else None,
+            departure=departure,
         )
     )
 
@@ -167,10 +170,10 @@ def _pow(a: jax.Array, b: jax.Array) -> jax.Array:
 
 POW = _binary("pow", _pow)
 MAXIMUM = _binary("maximum", jnp.maximum)
-MINIMUM = _binary("minimum", jnp.minimum)
+MINIMUM = _binary("minimum", jnp.minimum, departure="not exported by popxl.ops")
 EQUAL = _binary("equal", jnp.equal, out_dtype=dtypes.bool_, differentiable=False)
 GREATER = _binary("greater", jnp.greater, out_dtype=dtypes.bool_, differentiable=False)
-LESS = _binary("less", jnp.less, out_dtype=dtypes.bool_, differentiable=False)
+LESS = _binary("less", jnp.less, out_dtype=dtypes.bool_, differentiable=False, departure="not exported by popxl.ops")
 LOGICAL_AND = _binary("logical_and", jnp.logical_and, out_dtype=dtypes.bool_, differentiable=False)
 LOGICAL_OR = _binary("logical_or", jnp.logical_or, out_dtype=dtypes.bool_, differentiable=False)
 

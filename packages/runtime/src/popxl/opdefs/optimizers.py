@@ -121,6 +121,7 @@ ADAM_UPDATER = register(
         _lower_updater,
         modifies=_updater_modifies,
         output_names=("Updater",),
+        modifies_note="its step counter, when given",
     )
 )
 

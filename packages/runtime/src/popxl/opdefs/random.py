@@ -39,7 +39,15 @@ def _lower_split(ctx: LoweringContext, attrs: Attrs, seed: jax.Array) -> list[ja
     return list(jax.random.key_data(keys))
 
 
-SPLIT_SEED = register(OpDef("split_random_seed", _split_infer, _lower_split, output_names=("split_random_seed_out",)))
+SPLIT_SEED = register(
+    OpDef(
+        "split_random_seed",
+        _split_infer,
+        _lower_split,
+        output_names=("split_random_seed_out",),
+        departure="JAX's threefry split",
+    )
+)
 
 
 def _random_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -56,8 +64,22 @@ def _lower_normal(ctx: LoweringContext, a: Attrs, seed: jax.Array) -> list[jax.A
     return [z * a["std"] + a["mean"]]
 
 
-RANDOM_UNIFORM = register(OpDef("random_uniform", _random_infer, _lower_uniform))
-RANDOM_NORMAL = register(OpDef("random_normal", _random_infer, _lower_normal))
+RANDOM_UNIFORM = register(
+    OpDef(
+        "random_uniform",
+        _random_infer,
+        _lower_uniform,
+        departure="JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
+    )
+)
+RANDOM_NORMAL = register(
+    OpDef(
+        "random_normal",
+        _random_infer,
+        _lower_normal,
+        departure="JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
+    )
+)
 
 
 def _dropout_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -73,7 +95,15 @@ def _lower_dropout(ctx: LoweringContext, attrs: Attrs, x: jax.Array, seed: jax.A
     return [jnp.where(keep, x / (1 - p), jnp.zeros_like(x))]
 
 
-DROPOUT = register(OpDef("dropout", _dropout_infer, _lower_dropout, grad=vjp_grad({0: (1,)})))
+DROPOUT = register(
+    OpDef(
+        "dropout",
+        _dropout_infer,
+        _lower_dropout,
+        grad=vjp_grad({0: (1,)}),
+        departure="JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
+    )
+)
 
 
 def _shaped_dropout_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -97,5 +127,11 @@ def _lower_shaped_dropout(ctx: LoweringContext, attrs: Attrs, x: jax.Array, seed
 
 
 SHAPED_DROPOUT = register(
-    OpDef("shaped_dropout", _shaped_dropout_infer, _lower_shaped_dropout, grad=vjp_grad({0: (1,)}))
+    OpDef(
+        "shaped_dropout",
+        _shaped_dropout_infer,
+        _lower_shaped_dropout,
+        grad=vjp_grad({0: (1,)}),
+        departure="JAX's threefry generator: deterministic per seed, not bit-equal to the IPU",
+    )
 )

@@ -125,6 +125,7 @@ INTERPOLATE = register(
         _lower_interpolate,
         grad=vjp_grad(linear=True),
         normalise=_interpolate_normalise,
+        departure="'tf_crop_and_resize' uses the whole input as its region (popxl passes none)",
     )
 )
 
@@ -187,4 +188,12 @@ def _lower_roi_align(ctx: Any, attrs: Attrs, t: jax.Array, rois: jax.Array, batc
     return [jax.vmap(one)(boxes, batch_index.astype(jnp.int32)).astype(t.dtype)]
 
 
-ROI_ALIGN = register(OpDef("roi_align", _roi_align_infer, _lower_roi_align, grad=vjp_grad({0: (1, 2)})))
+ROI_ALIGN = register(
+    OpDef(
+        "roi_align",
+        _roi_align_infer,
+        _lower_roi_align,
+        grad=vjp_grad({0: (1, 2)}),
+        departure="no gradient for the regions (as popart); sampling_ratio must be positive (a static grid)",
+    )
+)

@@ -141,6 +141,7 @@ EXPAND = register(
         lambda ctx, attrs, x: [jnp.broadcast_to(x, attrs["shape"])],
         grad=vjp_grad(linear=True),
         normalise=_expand_normalise,
+        departure="not exported by popxl.ops",
     )
 )
 

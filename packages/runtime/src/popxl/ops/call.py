@@ -83,14 +83,14 @@ class CallSiteInfo:
         The call writes the graph input's final value back to `p` whole; popart's
         `infer_modified_regions` (narrowing the aliased region for its own analysis) changes no value, and
         is recorded only (`popxl.ipu_only`)."""
-        if self._op.opdef is not CALL:
+        if not all(sub.outputs_follow for sub in self._op.subgraphs):
             raise TypeError(f"Only a call's parent inputs can be marked modified, not those of {self._op}")
         ipu_only.record(self._op, infer_modified_regions=infer_modified_regions)
         index = next((i for i, t in enumerate(self._op.inputs) if t is p), None)
         if index is None:
             raise ValueError(f"{p} is not an input of this call of {self.called_graph.id!r}")
         modified = sorted({*self._op.attrs["modified"], index})
-        self._op.attrs = {**self._op.attrs, "modified": tuple(modified)}
+        self._op.graph.rewrite_op(self._op, attrs={**self._op.attrs, "modified": tuple(modified)})
 
     @property
     def op(self) -> Op:
@@ -197,8 +197,8 @@ def repeat_with_info(
     ir = context.gir()
     names = []
     for t in graph.outputs:
-        ir._next_dedup()
-        names.append(f"{t.name}__t{ir._next_dedup()}")
+        ir.next_dedup()
+        names.append(f"{t.name}__t{ir.next_dedup()}")
     with context.fresh_name_scopes():
         op = add_op(REPEAT, parents, {"graph": graph, "count": int(repeat_count)}, names=names)
     return CallSiteInfo(op)

@@ -18,7 +18,7 @@ from popxl.tensor import Tensor
 def _take_id(name: str) -> None:
     """Take the id `name` (under the current name scopes) in the current graph, as popxl's unseen
     intermediate tensors do, so that later tensors of that name get the ids they get in popxl."""
-    context.gcg()._unique_id(context.name_scope_prefix() + name)
+    context.gcg().take_id(context.name_scope_prefix() + name)
 
 
 def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:

@@ -18,7 +18,7 @@ def split_random_seed(seed: Tensor, count: int = 2) -> tuple[Tensor, ...]:
     # outputs named `modified_seed`, each after a modifier constant `t`, whose ids are taken here too.
     graph = context.gcg()
     for _ in range(count):
-        graph._unique_id(context.name_scope_prefix() + "t")
+        graph.take_id(context.name_scope_prefix() + "t")
     return tuple(create_op(r.SPLIT_SEED, [seed], {"count": count}, names=["modified_seed"] * count))
 
 

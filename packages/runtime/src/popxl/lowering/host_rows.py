@@ -1,0 +1,56 @@
+"""Host-side NumPy layouts of variables: a variable's host value and each replica's row of it.
+
+A variable's host value holds one value per replica group (or one value when
+there is a single group); the device state holds one row per replica. A remote
+variable's row is its buffer entry: flattened and padded, and cut into shards
+when the variable is sharded over its shard domain.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from popxl.tensor import RemoteVariable, Variable
+
+Array = np.ndarray[Any, Any]
+
+
+def replica_values(var: Variable, host: Array, replicas: int) -> Array:
+    """Per-replica values `(replicas, *shape)` of `var` from its host layout."""
+    g = var.replica_grouping
+    if g.num_groups > 1:
+        return np.stack([host[g.group_of(r)] for r in range(replicas)])
+    return np.broadcast_to(host, (replicas, *host.shape)).copy()
+
+
+def host_values(var: Variable, rows: Array) -> Array:
+    """Host layout of `var` from per-replica values: the first replica of each group."""
+    g = var.replica_grouping
+    if g.num_groups > 1:
+        return np.stack([rows[g.members(k)[0]] for k in range(g.num_groups)])
+    return np.asarray(rows[0])
+
+
+def stored_rows(var: RemoteVariable, host: Array, replicas: int) -> Array:
+    """Each replica's buffer entry for `var` from its host value."""
+    rows = replica_values(var, host, replicas)
+    if not var.sharded:
+        return rows.reshape(replicas, *var.buffer.tensor_shape)
+    c = var.buffer.tensor_shape[0]
+    flat = rows.reshape(replicas, -1)
+    padded = np.pad(flat, ((0, 0), (0, c * var.shard_over - flat.shape[1])))
+    ranks = [var.shard_domain(r).index(r) for r in range(replicas)]
+    return np.stack([padded[r, k * c : (k + 1) * c] for r, k in enumerate(ranks)])
+
+
+def entry_values(var: RemoteVariable, entries: Array) -> Array:
+    """Each replica's value of `var`, `(replicas, *group shape)`, from every replica's buffer entry."""
+    replicas = entries.shape[0]
+    if not var.sharded:
+        return entries.reshape(replicas, *var.group_shape)
+    size = math.prod(var.meta_shape)
+    full = [np.concatenate([entries[m] for m in var.shard_domain(r)])[:size] for r in range(replicas)]
+    return np.stack(full).reshape(replicas, *var.meta_shape)

@@ -1,0 +1,174 @@
+"""The state layer: where each variable and remote buffer of a program lives, and its host <-> device values.
+
+A program's state is two maps of per-replica arrays: "vars", the variables the
+step carries, by tensor id, and "buffers", each remote buffer's storage
+`(entries, *shape)`, by `buffer_key`. Each variable kind has a slot that says
+where it lives there and how its host value is read and written:
+
+- a `Variable` is carried in "vars", one row per replica of its host value;
+- a `RemoteVariable` lives in its buffer's entry (sharded over its shard
+  domain when it is sharded); while a `LoadedVariable` of it exists, that one
+  holds its current value, so it is read from there and written to both;
+- a `LoadedVariable` is carried in "vars" and has no host value of its own: it
+  starts from its whole variable's entry.
+
+The program and the Session ask the layer; nothing else tells variable kinds apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from popxl.lowering import host_rows
+from popxl.lowering.placement import ReplicaPlacement
+from popxl.remote_buffer import RemoteBuffer
+from popxl.tensor import LoadedVariable, RemoteVariable, Tensor, Variable
+
+State = dict[str, dict[str, jax.Array]]
+PARTS = ("vars", "buffers")
+Array = np.ndarray[Any, Any]
+
+
+def buffer_key(buffer: RemoteBuffer) -> str:
+    """The key of a remote buffer's storage in the program's state."""
+    return f"buffer{buffer.remote_buffer_id}"
+
+
+class _Slot:
+    """A variable with a host value: where it lives in the state and how its host value maps onto it."""
+
+    def __init__(self, var: Variable, replicas: int) -> None:
+        self.var = var
+        self.replicas = replicas
+
+    def initialise(self, host: Array, rows: dict[str, Array], buffers: dict[str, Array]) -> None:
+        """Place the host value in the initial host-side state: `rows` by tensor id, `buffers` by key."""
+        rows[self.var.id] = host_rows.replica_values(self.var, host, self.replicas)
+
+    def write(self, state: State, host: Array, placement: ReplicaPlacement, buffer_memory: str | None) -> None:
+        """Replace the variable's value in the device `state` (updated in place) by `host`."""
+        state["vars"][self.var.id] = placement.put_all(host_rows.replica_values(self.var, host, self.replicas))
+
+    def replica_rows(self, state: State, placement: ReplicaPlacement) -> Array:
+        """Every replica's value, `(replicas, *group shape)`, from the device state."""
+        return placement.fetch_all(state["vars"][self.var.id])
+
+
+class _RemoteSlot(_Slot):
+    """A remote variable: its buffer's entry, and its loaded value while one exists."""
+
+    def __init__(self, var: RemoteVariable, replicas: int, loaded: LoadedVariable | None) -> None:
+        super().__init__(var, replicas)
+        self.remote = var
+        self.loaded = loaded
+
+    def initialise(self, host: Array, rows: dict[str, Array], buffers: dict[str, Array]) -> None:
+        stored = host_rows.stored_rows(self.remote, host, self.replicas)
+        buffers[buffer_key(self.remote.buffer)][:, self.remote.offset] = stored
+        if self.loaded is not None:
+            rows[self.loaded.id] = stored
+
+    def write(self, state: State, host: Array, placement: ReplicaPlacement, buffer_memory: str | None) -> None:
+        key = buffer_key(self.remote.buffer)
+        entries = placement.fetch_all(state["buffers"][key]).copy()
+        entries[:, self.remote.offset] = host_rows.stored_rows(self.remote, host, self.replicas)
+        state["buffers"][key] = placement.put_all(entries, buffer_memory)
+        if self.loaded is not None:
+            state["vars"][self.loaded.id] = placement.put_all(entries[:, self.remote.offset])
+
+    def replica_rows(self, state: State, placement: ReplicaPlacement) -> Array:
+        if self.loaded is not None:
+            entries = placement.fetch_all(state["vars"][self.loaded.id])
+        else:
+            entries = placement.fetch_all(state["buffers"][buffer_key(self.remote.buffer)])[:, self.remote.offset]
+        return host_rows.entry_values(self.remote, entries)
+
+
+class StateLayout:
+    """The state of one program: a slot per variable with a host value, and the remote buffers."""
+
+    def __init__(
+        self, variables: Sequence[Variable], buffers: Sequence[RemoteBuffer], replicas: int, written: Iterable[Any]
+    ) -> None:
+        self.replicas = replicas
+        loaded = {v.whole: v for v in variables if isinstance(v, LoadedVariable)}
+        self._slots: dict[Variable, _Slot] = {}
+        for v in variables:
+            if isinstance(v, RemoteVariable):
+                self._slots[v] = _RemoteSlot(v, replicas, loaded.get(v))
+            elif not isinstance(v, LoadedVariable):
+                self._slots[v] = _Slot(v, replicas)
+        self.variables: list[Variable] = list(self._slots)
+        # Remote variables live in their buffer's entry; the rest are state the step carries.
+        self.carried: list[Variable] = [v for v in variables if not isinstance(v, RemoteVariable)]
+        self.buffers = list(buffers)
+        for v in self.variables:
+            if isinstance(v, RemoteVariable) and not any(v.buffer is b for b in self.buffers):
+                self.buffers.append(v.buffer)
+        written = set(written)
+        self.written_variables = [v for v in self.carried if v in written]
+        self.written_buffers = [b for b in self.buffers if b in written]
+        self._written = {
+            "vars": sorted(v.id for v in self.written_variables),
+            "buffers": sorted(buffer_key(b) for b in self.written_buffers),
+        }
+
+    def host_variable(self, var: Tensor, what: str) -> Variable:
+        """`var` as a variable with a host value in this program, or a clear error for `what`."""
+        if isinstance(var, LoadedVariable):
+            raise TypeError(f"{var} is the on-device value of {var.whole}: {what} {var.whole.name!r} instead")
+        if not isinstance(var, Variable):
+            raise TypeError(f"Tensor {getattr(var, 'id', var)} is not of type Variable")
+        if var not in self._slots:
+            raise ValueError(f"{var.id} is not a variable of this session's Ir")
+        return var
+
+    def initial(self, host: Mapping[Variable, Array], placement: ReplicaPlacement, buffer_memory: str | None) -> State:
+        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries)."""
+        r = self.replicas
+        buffers = {
+            buffer_key(b): np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy()) for b in self.buffers
+        }
+        rows: dict[str, Array] = {}
+        for v, slot in self._slots.items():
+            slot.initialise(host[v], rows, buffers)
+        return {
+            "vars": {v.id: placement.put_all(rows[v.id]) for v in self.carried},
+            "buffers": {k: placement.put_all(b, buffer_memory) for k, b in buffers.items()},
+        }
+
+    def with_variables(
+        self, state: State, host: Mapping[Variable, Array], placement: ReplicaPlacement, buffer_memory: str | None
+    ) -> State:
+        """`state` with the given variables replaced from host values."""
+        new: State = {part: dict(state[part]) for part in PARTS}
+        for v, data in host.items():
+            self._slots[v].write(new, data, placement, buffer_memory)
+        return new
+
+    def replica_rows(self, state: State, var: Variable, placement: ReplicaPlacement) -> Array:
+        """Every replica's value of `var`, `(replicas, *group shape)`, from device state."""
+        return self._slots[var].replica_rows(state, placement)
+
+    def read(self, state: State, variables: Iterable[Variable], placement: ReplicaPlacement) -> dict[Variable, Array]:
+        """Host values of `variables` from device state (a remote variable's from its loaded value, if any)."""
+        return {v: host_rows.host_values(v, self.replica_rows(state, v, placement)) for v in variables}
+
+    def replica_values(self, var: Variable, host: Array) -> Array:
+        """Per-replica values `(replicas, *shape)` of `var` from its host layout."""
+        return host_rows.replica_values(var, host, self.replicas)
+
+    def split(self, state: State) -> tuple[State, State]:
+        """`state` as (the entries the program writes, the rest)."""
+        written = {part: {k: state[part][k] for k in self._written[part]} for part in PARTS}
+        readonly = {part: {k: v for k, v in state[part].items() if k not in written[part]} for part in PARTS}
+        return written, readonly
+
+
+def merged(written: State, readonly: State) -> State:
+    """The whole state from the entries a run wrote and the rest."""
+    return {part: {**readonly[part], **written[part]} for part in PARTS}
