@@ -19,11 +19,11 @@ def main(port: int, process_id: int) -> None:
         pairs = ir.replica_grouping(stride=2, group_size=2)
         v = popxl.variable(np.array([[1, 1, 1], [2, 2, 2]], np.float32), name="v", replica_grouping=pairs)
         buf = popxl.remote_buffer((3,), popxl.float32, entries=2)
-        x = ops.host_load(h)
-        ops.remote_store(buf, 1, x * v)
-        total = ops.collectives.replicated_all_reduce(ops.remote_load(buf, 1))
-        ops.var_updates.accumulate_(v, total)
-        ops.host_store(d, total + ops.collectives.replicated_all_reduce(x, group=pairs))
+        xt = ops.host_load(h)
+        ops.remote_store(buf, 1, xt * v)
+        reduced = ops.collectives.replicated_all_reduce(ops.remote_load(buf, 1))
+        ops.var_updates.accumulate_(v, reduced)
+        ops.host_store(d, reduced + ops.collectives.replicated_all_reduce(xt, group=pairs))
     ir.num_host_transfers = 1
     assert ir.instance_replication_factor == 2
     x = np.arange(12, dtype=np.float32).reshape(4, 3)

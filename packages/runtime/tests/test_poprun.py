@@ -64,9 +64,9 @@ def test_outside_a_launch_popdist_answers_one_instance(monkeypatch: pytest.Monke
     popdist.init()  # nothing to join
     opts = popxl.Ir().session_options
     popdist.popart.configureSessionOptions(opts)
-    assert opts.globalReplicationFactor == 1  # type: ignore[attr-defined]
-    assert opts.globalReplicaOffset == 0  # type: ignore[attr-defined]
-    assert opts.enableDistributedReplicatedGraphs is False  # type: ignore[attr-defined]
+    assert opts.globalReplicationFactor == 1
+    assert opts.globalReplicaOffset == 0
+    assert opts.enableDistributedReplicatedGraphs is False
     with pytest.raises(AttributeError, match="stand-in"):
         popdist.getDeviceId  # noqa: B018
     with pytest.raises(RuntimeError, match="no IPUs"):
@@ -91,10 +91,10 @@ def test_popdist_reads_the_launch_environment(monkeypatch: pytest.MonkeyPatch) -
     assert popdist.execute_on_instances([0], lambda: 1) is None
     opts = popxl.Ir().session_options
     popdist.popart.configureSessionOptions(opts)
-    assert opts.globalReplicationFactor == 8  # type: ignore[attr-defined]
-    assert opts.globalReplicaOffset == 4  # type: ignore[attr-defined]
-    assert opts.replicatedGraphCount == 4  # type: ignore[attr-defined]
-    assert opts.enableDistributedReplicatedGraphs is True  # type: ignore[attr-defined]
+    assert opts.globalReplicationFactor == 8
+    assert opts.globalReplicaOffset == 4
+    assert opts.replicatedGraphCount == 4
+    assert opts.enableDistributedReplicatedGraphs is True
     monkeypatch.setenv(_env.INSTANCE_INDEX, "2")
     with pytest.raises(ValueError, match="not below"):
         popdist.getInstanceIndex()

@@ -2,9 +2,10 @@
 
 Graphcore's PopDist reads the environment that its launcher PopRun sets for each instance (process)
 of a program. This module, shipped with the popxl-xla runtime, does the same for this project's
-`poprun` (`popdist.launcher`), which starts the instances on this host: the instance index and
-count, the replicas in all and on this instance, and where this instance's replicas start
-(see `popdist._env` for the variables). Outside a launch every function answers for a single
+`poprun` (`popdist.launcher`), which starts the instances on one host, or runs on each of several
+hosts and starts that host's share: the instance index and count (global, over every host), the
+index among this host's instances, the replicas in all and on this instance, and where this
+instance's replicas start (see `popdist._env` for the variables). Outside a launch every function answers for a single
 instance holding every replica, as PopDist does.
 
 `init()` joins the instances through `jax.distributed` (`popxl.distributed.initialize`), with

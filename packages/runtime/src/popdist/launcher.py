@@ -1,16 +1,23 @@
-"""`poprun`: start the instances of a program on this host, as Graphcore's PopRun does over MPI.
+"""`poprun`: start the instances of a program, on one host or on several, as Graphcore's PopRun does.
 
     poprun [options] program [args]
 
 Each instance is a subprocess running `program args` with the environment `popdist` reads
 (`popdist._env`): its index and the instance count, the replicas in all and on it, the global index of
-its first replica, and the address of a free loopback port where instance 0 runs the
-`jax.distributed` coordinator. With CPU devices each instance offers its local replicas as CPU devices
-(JAX_PLATFORMS=cpu, JAX_NUM_CPU_DEVICES); with GPUs, CUDA_VISIBLE_DEVICES gives each instance its own.
+its first replica, and the address where instance 0 runs the `jax.distributed` coordinator. With CPU
+devices each instance offers its local replicas as CPU devices (JAX_PLATFORMS=cpu, JAX_NUM_CPU_DEVICES);
+with GPUs, CUDA_VISIBLE_DEVICES gives each instance its own.
+
+Across hosts one poprun runs on each host (started by SLURM, by Open MPI's mpirun, or by hand) and
+starts that host's share of the instances, which are divided evenly among the hosts in host order;
+instance indices, replica offsets and JAX's process ids are global. `popdist._hosts` finds this host's
+place (`--host`/`--hostfile`, `--num-hosts`, `--host-index`, `--coordinator-address`, or the cluster's
+variables) and `popdist._control` links the hosts' poprun so that they start and stop together.
 
 Every line an instance writes is prefixed `[1,N]<stdout>:` or `[1,N]<stderr>:` (N its index), the
-tags of Open MPI's `--tag-output` that PopRun's output carries. When one instance fails, the others are
-stopped and poprun exits with that instance's exit code, naming it; Ctrl-C (or SIGTERM) stops them all.
+tags of Open MPI's `--tag-output` that PopRun's output carries. When one instance fails, the others
+(on every host) are stopped and poprun exits with that instance's exit code, naming it; Ctrl-C (or
+SIGTERM) stops them all.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import ctypes
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -26,17 +35,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import IO
 
-from popdist import _env
+from popdist import _control, _env, _hosts
 
-# PopRun's options for IPU fabrics, hosts and MPI: accepted so that command lines written for PopRun run,
-# and without effect here (every instance runs on this host and no partition or MPI is involved).
+# PopRun's options for IPU fabrics and MPI: accepted so that command lines written for PopRun run, and
+# without effect here (no IPU partition or MPI is involved; each host's poprun starts its own instances).
 NO_EFFECT_OPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("-H", "--host"), "hosts on which to start instances"),
-    (("--hostfile",), "a file listing the hosts"),
     (("--num-ilds",), "the number of IPU-Link domains"),
     (("--vipu-server-host",), "the V-IPU server's host"),
     (("--vipu-server-port",), "the V-IPU server's port"),
@@ -59,6 +67,8 @@ NO_EFFECT_OPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
 STOP_GRACE_S = 5.0
 # Lines of a hidden instance's output shown if it fails.
 HIDDEN_TAIL_LINES = 20
+# poprun's exit code when it, rather than an instance, fails: hosts that cannot join, or lose contact.
+LAUNCH_FAILED = 1
 
 
 class _TerminatedError(Exception):
@@ -104,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "does; the program reads its place with popdist and joins the others with popdist.init().",
         epilog="Put `--` before the program if its name starts with '-'.",
     )
-    parser.add_argument("--num-instances", type=_positive, default=1, help="the number of instances (default 1)")
+    parser.add_argument(
+        "--num-instances", type=_positive, default=None, help="the number of instances (default: one per host)"
+    )
     parser.add_argument(
         "--num-replicas",
         type=_positive,
@@ -154,7 +166,43 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how long popdist.init() waits for the coordinator and the other instances (sets {_env.INIT_TIMEOUT}; "
         f"default: {_env.INIT_TIMEOUT} if set, else {_env.DEFAULT_INIT_TIMEOUT:g})",
     )
-    ignored = parser.add_argument_group("PopRun's IPU, host and MPI options: accepted, no effect here")
+    hosts = parser.add_argument_group(
+        "hosts: run one poprun on each host; each starts its share of the instances (PopRun's -H and --hostfile, "
+        "and this poprun's own options); unset, they come from SLURM or Open MPI when poprun runs under them"
+    )
+    listed = hosts.add_mutually_exclusive_group()
+    listed.add_argument(
+        "-H",
+        "--host",
+        metavar="LIST",
+        default=None,
+        help="the hosts, host 0 first: a comma-separated list, with ranges as in host[0-2,4]; the instances are "
+        "divided evenly among them, and host 0's poprun listens at the first one",
+    )
+    listed.add_argument("--hostfile", metavar="FILE", default=None, help="a file listing the hosts, one a line")
+    hosts.add_argument("--num-hosts", type=_positive, default=None, metavar="N", help="the number of hosts")
+    hosts.add_argument(
+        "--host-index",
+        type=_index,
+        default=None,
+        metavar="I",
+        help="which host this is (default: the cluster's task rank, or this machine's place in --host)",
+    )
+    hosts.add_argument(
+        "--coordinator-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="where host 0's poprun listens for the others (default: the first host of --host at port "
+        f"{_hosts.PORT_VARIABLE} or {_hosts.DEFAULT_PORT}; under SLURM or Open MPI, where JAX would put its "
+        "coordinator)",
+    )
+    hosts.add_argument(
+        "--cluster",
+        choices=_hosts.CLUSTERS,
+        default="auto",
+        help="the cluster environment to read the hosts from (default auto: Open MPI or SLURM when present)",
+    )
+    ignored = parser.add_argument_group("PopRun's IPU and MPI options: accepted, no effect here")
     for flags, what in NO_EFFECT_OPTIONS:
         dest = flags[-1].lstrip("-").replace("-", "_")
         ignored.add_argument(*flags, dest=dest, default=None, metavar="ARG", help=what)
@@ -200,28 +248,66 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """The whole launch, and this host's share: instances `first`..`first + per_host - 1`."""
+
+    num_instances: int
+    num_replicas: int
+    ipus_per_replica: int
+    place: _hosts.HostPlace
+
+    @property
+    def local(self) -> int:
+        """Replicas per instance."""
+        return self.num_replicas // self.num_instances
+
+    @property
+    def per_host(self) -> int:
+        """Instances per host."""
+        return self.num_instances // self.place.num_hosts
+
+    @property
+    def first(self) -> int:
+        """The global index of this host's first instance."""
+        return self.place.host_index * self.per_host
+
+    def agreement(self) -> _control.Message:
+        """What every host's poprun must have been given alike."""
+        return {
+            "num_hosts": self.place.num_hosts,
+            "num_instances": self.num_instances,
+            "num_replicas": self.num_replicas,
+            "ipus_per_replica": self.ipus_per_replica,
+        }
+
+
 def _instance_env(
-    args: argparse.Namespace, index: int, local: int, devices: str, gpus: list[str], address: str
+    args: argparse.Namespace, launch: _Launch, index: int, devices: str, gpus: list[str], address: str
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _env.ALL}
+    local, here = launch.local, index - launch.first
     env.update(
         {
-            _env.NUM_INSTANCES: str(args.num_instances),
+            _env.NUM_INSTANCES: str(launch.num_instances),
             _env.INSTANCE_INDEX: str(index),
-            _env.LOCAL_INSTANCE_INDEX: str(index),
-            _env.NUM_TOTAL_REPLICAS: str(args.num_replicas),
+            _env.LOCAL_INSTANCE_INDEX: str(here),
+            _env.NUM_TOTAL_REPLICAS: str(launch.num_replicas),
             _env.NUM_LOCAL_REPLICAS: str(local),
             _env.REPLICA_INDEX_OFFSET: str(index * local),
-            _env.NUM_IPUS_PER_REPLICA: str(args.ipus_per_replica),
+            _env.NUM_IPUS_PER_REPLICA: str(launch.ipus_per_replica),
             _env.COORDINATOR_ADDRESS: address,
             _env.DEVICES: devices,
+            # Every device the instance sees is its own. Naming them also keeps JAX from reading a
+            # cluster's variables (SLURM_LOCALID, ...), which describe this host's poprun, not the instance.
+            "JAX_LOCAL_DEVICE_IDS": ",".join(str(d) for d in range(local)),
         }
     )
     timeout = args.init_timeout if args.init_timeout is not None else os.environ.get(_env.INIT_TIMEOUT)
     if timeout is not None:
         env[_env.INIT_TIMEOUT] = str(timeout)
     if devices == "gpu":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[index * local : (index + 1) * local])
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[here * local : (here + 1) * local])
     else:
         env["JAX_PLATFORMS"] = "cpu"
         env["JAX_NUM_CPU_DEVICES"] = str(local)
@@ -232,8 +318,9 @@ def _instance_env(
 class _Output:
     """Copies the instances' lines to poprun's stdout and stderr, tagged; keeps hidden instances' last lines."""
 
-    def __init__(self, shown: int | None) -> None:
+    def __init__(self, shown: int | None, verbose: int = 0) -> None:
         self.shown = shown
+        self.verbose = verbose
         self.lock = threading.Lock()
         self.hidden: dict[int, collections.deque[str]] = {}
         self.threads: list[threading.Thread] = []
@@ -262,11 +349,29 @@ class _Output:
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    def say(self, message: str) -> None:
+    def say(self, message: str, verbose: bool = False) -> None:
+        """Write `message` as poprun's own line on stderr (when `verbose`, only with -v)."""
+        if verbose and not self.verbose:
+            return
         with self.lock:
             sys.stdout.flush()
             sys.stderr.write(f"poprun: {message}\n")
             sys.stderr.flush()
+
+
+def _die_with_poprun() -> Callable[[], None] | None:
+    """For an instance, before it runs: have Linux send it SIGTERM should poprun die first (even killed).
+
+    Without it an instance outlives a poprun that was killed, and the other hosts would wait for it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+
+    def arm() -> None:
+        prctl(set_parent_death_signal, int(signal.SIGTERM))
+
+    return arm
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -300,55 +405,206 @@ def _describe(code: int) -> tuple[str, int]:
     return f"exited with code {code}", code
 
 
-def _topology(num_instances: int, local: int) -> str:
-    cells = [
-        (str(i), f"{i * local}" if local == 1 else f"{i * local}-{(i + 1) * local - 1}") for i in range(num_instances)
-    ]
-    widths = [max(len(a), len(b)) for a, b in cells]
-    row1 = " | ".join(a.center(w) for (a, _), w in zip(cells, widths))
-    row2 = " | ".join(b.center(w) for (_, b), w in zip(cells, widths))
-    return f"instances | {row1} |\nreplicas  | {row2} |"
+def _topology(launch: _Launch) -> str:
+    local = launch.local
+    rows: list[tuple[str, list[str]]] = []
+    if launch.place.num_hosts > 1:
+        rows.append(("hosts", [str(i // launch.per_host) for i in range(launch.num_instances)]))
+    rows.append(("instances", [str(i) for i in range(launch.num_instances)]))
+    rows.append(
+        (
+            "replicas",
+            [
+                f"{i * local}" if local == 1 else f"{i * local}-{(i + 1) * local - 1}"
+                for i in range(launch.num_instances)
+            ],
+        )
+    )
+    widths = [max(len(cells[i]) for _, cells in rows) for i in range(launch.num_instances)]
+    return "\n".join(
+        f"{name:<9} | " + " | ".join(c.center(w) for c, w in zip(cells, widths)) + " |" for name, cells in rows
+    )
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _TerminatedError()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run poprun with `argv` (default: the command line); returns the exit code."""
-    parser = build_parser()
+@dataclass
+class _Ending:
+    """How the launch ended: poprun's exit code and its last line (None: a quiet success)."""
+
+    code: int
+    line: str | None = None
+
+
+class _Supervisor:
+    """Watches this host's instances and the other hosts' poprun until the launch ends."""
+
+    def __init__(
+        self,
+        launch: _Launch,
+        procs: list[subprocess.Popen[bytes]],
+        link: _control.Link | None,
+        output: _Output,
+        shown: int | None,
+    ) -> None:
+        self.launch, self.procs, self.link, self.output, self.shown = launch, procs, link, output, shown
+        self.multihost = link is not None
+        self.done_hosts: set[int] = set()
+        self.host = launch.place.host_index
+
+    def _stopped(self, what: str, code: int) -> _Ending:
+        """Stop this host's instances after `what` happened; the ending that passes on `code`."""
+        _stop(self.procs, signal.SIGTERM)
+        self.output.drain(STOP_GRACE_S)
+        others = "; stopped the other instances" if self.multihost or len(self.procs) > 1 else ""
+        return _Ending(code, f"{what}{others}")
+
+    def _local_failure(self, i: int, code: int) -> _Ending:
+        index = self.launch.first + i
+        how, exit_code = _describe(code)
+        what = f"instance {index} on host {self.host} {how}" if self.multihost else f"instance {index} {how}"
+        ending = self._stopped(what, exit_code)
+        tail = self.output.hidden.get(index) if self.shown not in (None, index) else None
+        if tail:
+            self.output.say(f"instance {index}'s output was hidden; its last lines:\n" + "".join(tail).rstrip("\n"))
+        if self.link is not None:
+            report = {"what": what, "code": exit_code}
+            if self.host == 0:
+                self.link.broadcast({"stop": report})
+            else:
+                self.link.send(0, {"failed": report})
+        return ending
+
+    def _remote(self, host: int, message: _control.Message | None) -> _Ending | None:
+        """What a message from `host`'s poprun (None: its connection closed) ends, if anything."""
+        assert self.link is not None
+        if message is not None and "done" in message:
+            self.done_hosts.add(host)
+            return None
+        if message is not None and "finish" in message:
+            return _Ending(0)
+        report = message.get("stop") or message.get("failed") if message is not None else None
+        if not isinstance(report, dict):  # closed, or nothing a poprun sends
+            report = {"what": f"lost contact with host {host}'s poprun", "code": LAUNCH_FAILED}
+        if self.host == 0:
+            self.link.broadcast({"stop": report}, but=host)
+        return self._stopped(str(report.get("what")), int(report.get("code", LAUNCH_FAILED)))
+
+    def run(self) -> _Ending:
+        """Poll until every instance of the launch has succeeded or something failed."""
+        reported = False
+        while True:
+            codes = [p.poll() for p in self.procs]
+            failed = next(((i, c) for i, c in enumerate(codes) if c is not None and c != 0), None)
+            if failed is not None:
+                return self._local_failure(*failed)
+            if not reported and all(c == 0 for c in codes):
+                reported = True
+                self.output.drain(STOP_GRACE_S)
+                if self.link is None:
+                    return _Ending(0)
+                if self.host == 0:
+                    self.done_hosts.add(0)
+                else:
+                    self.link.send(0, {"done": self.host})
+            if self.link is not None:
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        ending = self._remote(*self.link.events.get_nowait())
+                        if ending is not None:
+                            return ending
+                if self.host == 0 and len(self.done_hosts) == self.launch.place.num_hosts:
+                    self.link.broadcast({"finish": True})
+                    return _Ending(0)
+            time.sleep(0.05)
+
+
+def _connect(launch: _Launch, timeout: float, output: _Output) -> tuple[_control.Link | None, str]:
+    """Join the other hosts' poprun (if any); JAX's coordinator address for the instances."""
+    place = launch.place
+    if place.num_hosts == 1:
+        return None, f"127.0.0.1:{_free_port()}"
+    assert place.address is not None
+    if place.host_index == 0:
+        jax_address = _hosts.join_address(place.coordinator_host, _free_port())
+        _, port = _hosts.split_address(place.address)
+        output.say(f"host 0 of {place.num_hosts}: waiting for the other hosts' poprun at port {port}", verbose=True)
+        return _control.gather(port, place.num_hosts, launch.agreement(), jax_address, timeout), jax_address
+    output.say(
+        f"host {place.host_index} of {place.num_hosts}: joining host 0's poprun at {place.address}", verbose=True
+    )
+    return _control.join(place.address, place.host_index, launch.agreement(), timeout)
+
+
+def _parse(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, list[str], _Launch]:
+    """The options, the program and the launch; exits with a usage error for a bad command line."""
     args = parser.parse_args(argv)
     program: list[str] = list(args.program)
     if program and program[0] == "--":
         program = program[1:]
     if not program:
         parser.error("no program given (usage: poprun [options] program [args])")
+    try:
+        listed = _hosts.expand_hosts(args.host) if args.host is not None else None
+        if args.hostfile is not None:
+            listed = _hosts.read_hostfile(args.hostfile)
+        place = _hosts.resolve(listed, args.num_hosts, args.host_index, args.coordinator_address, args.cluster)
+        if args.init_timeout is None:
+            _env.read_timeout()  # a bad POPDIST_INIT_TIMEOUT is a usage error here, not in every instance
+    except ValueError as e:
+        parser.error(str(e))
+    if args.num_instances is None:
+        args.num_instances = place.num_hosts
     if args.num_replicas is None:
         args.num_replicas = args.num_instances
     if args.num_replicas % args.num_instances:
         parser.error(f"--num-replicas {args.num_replicas} is not a multiple of --num-instances {args.num_instances}")
     if args.only_output_from_instance is not None and args.only_output_from_instance >= args.num_instances:
         parser.error(f"--only-output-from-instance {args.only_output_from_instance} names no instance")
-    local = args.num_replicas // args.num_instances
-    devices, gpus = _choose_devices(args.devices, args.num_replicas)
-    address = f"127.0.0.1:{_free_port()}"
-    output = _Output(args.only_output_from_instance)
-    if args.verbose:
-        output.say(
-            f"{args.num_instances} instance(s) on this host, {args.num_replicas} replica(s), {local} per instance, "
-            f"on {devices.upper()} devices; coordinator {address}"
+    if args.num_instances % place.num_hosts:
+        parser.error(
+            f"--num-instances {args.num_instances} cannot be divided evenly among {place.num_hosts} hosts "
+            f"(from {place.source})"
         )
-        given = [flags[-1] for flags, _ in NO_EFFECT_OPTIONS if getattr(args, flags[-1].lstrip("-").replace("-", "_"))]
-        if given:
-            output.say(f"without effect here: {', '.join(given)}")
+    return args, program, _Launch(args.num_instances, args.num_replicas, args.ipus_per_replica, place)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run poprun with `argv` (default: the command line); returns the exit code."""
+    args, program, launch = _parse(build_parser(), argv)
+    place = launch.place
+    devices, gpus = _choose_devices(args.devices, launch.per_host * launch.local)
+    output = _Output(args.only_output_from_instance, args.verbose)
+    output.say(
+        f"{launch.num_instances} instance(s) on {place.num_hosts} host(s) (this is host {place.host_index}, from "
+        f"{place.source}), {launch.num_replicas} replica(s), {launch.local} per instance, on {devices.upper()} devices",
+        verbose=True,
+    )
+    given = [flags[-1] for flags, _ in NO_EFFECT_OPTIONS if getattr(args, flags[-1].lstrip("-").replace("-", "_"))]
+    if given:
+        output.say(f"without effect here: {', '.join(given)}", verbose=True)
     if args.print_topology:
-        output.say("topology\n" + _topology(args.num_instances, local))
+        output.say("topology\n" + _topology(launch))
+    timeout = args.init_timeout if args.init_timeout is not None else _env.read_timeout()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     procs: list[subprocess.Popen[bytes]] = []
+    link: _control.Link | None = None
+    arm = _die_with_poprun()
     try:
-        for index in range(args.num_instances):
-            env = _instance_env(args, index, local, devices, gpus, address)
+        try:
+            link, jax_address = _connect(launch, timeout, output)
+        except (TimeoutError, _control.LaunchError, OSError) as e:
+            knob = "--init-timeout or " + _env.INIT_TIMEOUT if isinstance(e, TimeoutError) else None
+            output.say(f"host {place.host_index}: {e}" + (f" ({knob})" if knob else ""))
+            return LAUNCH_FAILED
+        output.say(f"JAX's coordinator: {jax_address}", verbose=True)
+        for index in range(launch.first, launch.first + launch.per_host):
+            env = _instance_env(args, launch, index, devices, gpus, jax_address)
             if args.verbose > 1:
                 shown = " ".join(
                     f"{k}={env[k]}"
@@ -358,45 +614,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                 output.say(f"instance {index}: {shown} {' '.join(program)}")
             try:
                 proc = subprocess.Popen(
-                    program, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+                    program,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=arm,  # only calls prctl, looked up before the fork
                 )
             except OSError as e:
                 output.say(f"cannot start instance {index}: {e}")
                 _stop(procs, signal.SIGTERM)
+                if link is not None:
+                    report = {"what": f"instance {index} on host {place.host_index} could not start", "code": 127}
+                    link.broadcast({"stop" if place.host_index == 0 else "failed": report})
                 return 127
             procs.append(proc)
             assert proc.stdout is not None and proc.stderr is not None
             output.follow(index, "stdout", proc.stdout, sys.stdout)
             output.follow(index, "stderr", proc.stderr, sys.stderr)
-        failed: tuple[int, int] | None = None
-        while failed is None:
-            codes = [p.poll() for p in procs]
-            failed = next(((i, c) for i, c in enumerate(codes) if c is not None and c != 0), None)
-            if failed is None and all(c == 0 for c in codes):
-                break
-            time.sleep(0.05)
-        if failed is None:
-            output.drain(STOP_GRACE_S)
-            if args.verbose:
-                output.say("all instances exited with code 0")
-            return 0
-        index, code = failed
-        _stop(procs, signal.SIGTERM)
-        output.drain(STOP_GRACE_S)
-        how, exit_code = _describe(code)
-        tail = output.hidden.get(index) if args.only_output_from_instance not in (None, index) else None
-        if tail:
-            output.say(f"instance {index}'s output was hidden; its last lines:\n" + "".join(tail).rstrip("\n"))
-        others = "; stopped the other instances" if len(procs) > 1 else ""
-        output.say(f"instance {index} {how}{others}")
-        return exit_code
+        ending = _Supervisor(launch, procs, link, output, args.only_output_from_instance).run()
+        if ending.line is not None:
+            output.say(ending.line)
+        elif ending.code == 0:
+            output.say("all instances exited with code 0", verbose=True)
+        return ending.code
     except (KeyboardInterrupt, _TerminatedError) as e:
         interrupted = isinstance(e, KeyboardInterrupt)
-        output.say("interrupted; stopping the instances" if interrupted else "terminated; stopping the instances")
+        how, code = ("interrupted", 130) if interrupted else ("terminated", 143)
+        output.say(f"{how}; stopping the instances")
+        if link is not None:
+            report = {"what": f"host {place.host_index}'s poprun was {how}", "code": code}
+            link.broadcast({"stop" if place.host_index == 0 else "failed": report})
         _stop(procs, signal.SIGINT if interrupted else signal.SIGTERM)
         output.drain(STOP_GRACE_S)
-        return 130 if interrupted else 143
+        return code
     finally:
+        if link is not None:
+            link.close()
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
 
