@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import sys
 import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,8 @@ def test_re_exports_are_this_projects_objects() -> None:
             obj = getattr(module, name)
             if name == "GIT_COMMIT" or isinstance(obj, int | float | str):
                 continue  # plain values (MULTISLICE_MAGIC_NUMBER) have no defining module
+            if typing.get_origin(obj) is not None or isinstance(obj, dict | tuple):
+                continue  # nor have type aliases (GraphLike) and tables (patterns_level, host_scalar_tensor_types)
             if isinstance(obj, types.ModuleType):
                 assert obj.__name__.startswith("popxl_addons."), (path, name)
                 continue
@@ -180,10 +183,8 @@ def test_missing_names_raise_not_implemented_yet() -> None:
             else:  # implemented since in the owning sub-package: re-exported from there
                 assert found.__module__.startswith(OWNERS)
             assert name not in getattr(module, "__all__", [])
-    with pytest.raises(
-        _compat.NotImplementedYetError, match=r"popxl_addons\.transforms\.pipelining\.pipelined_execution"
-    ):
-        from popxl_addons.transforms.pipelining import pipelined_execution  # noqa: F401
+    with pytest.raises(_compat.NotImplementedYetError, match=r"popxl_addons\.transforms\.pipelining\.Pipelining"):
+        from popxl_addons.transforms.pipelining import Pipelining  # noqa: F401
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         addons.not_a_name  # noqa: B018
     assert not hasattr(addons.ops, "not_a_name")

@@ -90,9 +90,25 @@ from popxl_addons.core.batch_serialisation import (  # noqa: E402
     batch_serialise_fwd_and_grad,
 )
 from popxl_addons.core.cross_entropy import cross_entropy, cross_entropy_with_grad  # noqa: E402
+from popxl_addons.core.debugging import print_tensor, print_text  # noqa: E402
+from popxl_addons.core.fc_pass import disable_fc_pass, enable_fc_pass  # noqa: E402
+from popxl_addons.core.fp8_scale import fp8_amax_scale  # noqa: E402
 from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs  # noqa: E402
-from popxl_addons.core.graph_cache import GraphCache  # noqa: E402
-from popxl_addons.core.module import Module  # noqa: E402
+from popxl_addons.core.graph_cache import (  # noqa: E402
+    GraphCache,
+    argument_hash,
+    bound_arguments,
+    function,
+    get_function_hash,
+    tensor_hash,
+)
+from popxl_addons.core.graph_common import (  # noqa: E402
+    CalledGraphsGradInfo,
+    CalledGraphsGradInfoLike,
+    GradGraphInfoLike,
+    GraphLike,
+)
+from popxl_addons.core.module import Module, NameScopeMeta, create_grad_graph_info  # noqa: E402
 from popxl_addons.core.named_tensors import NamedTensors  # noqa: E402
 from popxl_addons.core.performance_utils import (  # noqa: E402
     evaluate_FLOPs,
@@ -101,7 +117,8 @@ from popxl_addons.core.performance_utils import (  # noqa: E402
     print_FLOPs,
     total_FLOPs,
 )
-from popxl_addons.core.recomputation import recompute_graph  # noqa: E402
+from popxl_addons.core.pipelining import pipelined_execution  # noqa: E402
+from popxl_addons.core.recomputation import add_recompute_inputs, recompute_graph  # noqa: E402
 from popxl_addons.core.remote import (  # noqa: E402
     create_remote_buffer,
     load_remote_graph,
@@ -127,32 +144,7 @@ GIT_COMMIT: str | None = None
 # Sub-packages of other distributions, imported when first used.
 _LAZY_SUBPACKAGES = ("layers", "collectives", "harness")
 
-_NOT_IMPLEMENTED = (
-    # graph_cache
-    "bound_arguments",
-    "tensor_hash",
-    "argument_hash",
-    "get_function_hash",
-    "function",
-    # graph_common
-    "GraphLike",
-    "GradGraphInfoLike",
-    "CalledGraphsGradInfoLike",
-    "CalledGraphsGradInfo",
-    # module
-    "NameScopeMeta",
-    "create_grad_graph_info",
-    # ops
-    "fp8_amax_scale",
-    # transforms
-    "pipelined_execution",
-    "add_recompute_inputs",
-    "disable_fc_pass",
-    "enable_fc_pass",
-    # debugging
-    "print_tensor",
-    "print_text",
-)
+_NOT_IMPLEMENTED: tuple[str, ...] = ()
 
 _missing = _compat.not_implemented(__name__, _NOT_IMPLEMENTED, owner="popxl_addons.core")
 
@@ -166,8 +158,25 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "print_tensor",
+    "print_text",
+    "disable_fc_pass",
+    "enable_fc_pass",
+    "argument_hash",
+    "bound_arguments",
+    "function",
+    "get_function_hash",
+    "tensor_hash",
+    "CalledGraphsGradInfo",
+    "CalledGraphsGradInfoLike",
+    "GradGraphInfoLike",
+    "GraphLike",
+    "NameScopeMeta",
+    "create_grad_graph_info",
+    "add_recompute_inputs",
     "cross_entropy",
     "cross_entropy_with_grad",
+    "fp8_amax_scale",
     "set_available_memory_proportion_by_ipu",
     "set_graph_available_memory_proportion_by_ipu",
     "timer",
@@ -223,6 +232,7 @@ __all__ = [
     "ops",
     "pad_axis",
     "performance_utils",
+    "pipelined_execution",
     "recompute_graph",
     "remote",
     "repeat",

@@ -1,10 +1,7 @@
-"""popxl-addons' `popxl_addons.debugging`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.debugging`, re-exporting this project's (`popxl_addons.core.debugging`)."""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.core.debugging import print_tensor, print_text
 
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["print_tensor", "print_text"], owner="popxl_addons.core")
+__all__ = ["print_tensor", "print_text"]

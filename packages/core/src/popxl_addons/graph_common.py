@@ -1,14 +1,12 @@
-"""popxl-addons' `popxl_addons.graph_common`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.graph_common`, re-exporting this project's (`popxl_addons.core.graph_common`)."""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__,
-    ["GraphLike", "GradGraphInfoLike", "CalledGraphsGradInfoLike", "CalledGraphsGradInfo"],
-    owner="popxl_addons.core",
+from popxl_addons.core.graph_common import (
+    CalledGraphsGradInfo,
+    CalledGraphsGradInfoLike,
+    GradGraphInfoLike,
+    GraphLike,
 )
+
+__all__ = ["GraphLike", "GradGraphInfoLike", "CalledGraphsGradInfoLike", "CalledGraphsGradInfo"]

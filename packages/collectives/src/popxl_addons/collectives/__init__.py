@@ -8,6 +8,8 @@ from popxl_addons.collectives.all_reduce_tp import (
     replicated_all_reduce_identical_inputs,
 )
 from popxl_addons.collectives.cross_entropy_sharded import cross_entropy_sharded_loss, cross_entropy_sharded_wr_loss
+from popxl_addons.collectives.layer_norm_distributed import layer_norm_distributed
+from popxl_addons.collectives.layer_norm_distributed_layer import LayerNormDistributed
 from popxl_addons.collectives.strided import (
     replicated_all_gather_strided,
     replicated_all_reduce_strided,
@@ -21,6 +23,8 @@ __all__ = [
     "PatternNotAppliedError",
     "cross_entropy_sharded_loss",
     "cross_entropy_sharded_wr_loss",
+    "layer_norm_distributed",
+    "LayerNormDistributed",
     "replicated_all_reduce",
     "replicated_all_reduce_identical_grad_inputs",
     "replicated_all_reduce_identical_inputs",

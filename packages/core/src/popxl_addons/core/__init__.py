@@ -34,11 +34,40 @@ from popxl_addons.core.batch_serialisation import (
 
 # popxl-addons' fused ops (popxl_addons.ops.*)
 from popxl_addons.core.cross_entropy import cross_entropy, cross_entropy_with_grad
-from popxl_addons.core.dot_tree import DotTree
+from popxl_addons.core.debugging import print_tensor, print_text
+from popxl_addons.core.dot_tree import DotTree, to_mapping
+from popxl_addons.core.fc_pass import disable_fc_pass, enable_fc_pass, uses_fc_pass
+from popxl_addons.core.fp8_formats import (
+    FpDef,
+    float8_143_def,
+    float8_152_def,
+    ieee_fp16_denorms,
+    ieee_fp32_no_denorms,
+)
+from popxl_addons.core.fp8_scale import fp8_amax_scale, fp8_mse_scale
 from popxl_addons.core.grad_reduce_square_add import grad_reduce_square_add
-from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
-from popxl_addons.core.graph_cache import GraphCache
-from popxl_addons.core.module import Module
+from popxl_addons.core.graph import BoundGraph, GradGraphBuilder, GraphWithNamedArgs
+from popxl_addons.core.graph_cache import (
+    GraphCache,
+    argument_hash,
+    bound_arguments,
+    function,
+    get_function_hash,
+    tensor_hash,
+)
+from popxl_addons.core.graph_common import (
+    CalledGraphsGradInfo,
+    CalledGraphsGradInfoLike,
+    GradGraphInfoLike,
+    GraphLike,
+)
+from popxl_addons.core.group_quantize import (
+    group_quantize_compress_numpy,
+    group_quantize_decompress,
+    group_quantize_decompress_numpy,
+)
+from popxl_addons.core.linear_layout import linear_layout
+from popxl_addons.core.module import Module, NameScopeMeta, create_grad_graph_info
 from popxl_addons.core.named_replica_grouping import (
     NamedReplicaGrouping,
     fill_none_group,
@@ -48,9 +77,9 @@ from popxl_addons.core.named_replica_grouping import (
     is_cross_ild,
     is_cross_instance,
 )
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.named_tensors import NamedTensors, TensorMap, print_named_tensors
 from popxl_addons.core.optimizers import AdamOptimizerStep
-from popxl_addons.core.patterns import apply_pre_alias_patterns
+from popxl_addons.core.patterns import PatternsLevel, apply_pre_alias_patterns, patterns_level
 from popxl_addons.core.performance_utils import (
     evaluate_FLOPs,
     evaluate_ir_FLOPs,
@@ -58,7 +87,9 @@ from popxl_addons.core.performance_utils import (
     print_FLOPs,
     total_FLOPs,
 )
-from popxl_addons.core.recomputation import recompute_graph
+from popxl_addons.core.pipelining import pipelined_execution
+from popxl_addons.core.planning import SerialisationPlan, plan_batch_serialisation
+from popxl_addons.core.recomputation import add_recompute_inputs, recompute_graph
 from popxl_addons.core.remote import (
     NamedRemoteBuffers,
     create_remote_buffer,
@@ -81,6 +112,7 @@ from popxl_addons.core.rts import (
     replica_sharded_spec,
 )
 from popxl_addons.core.seed_variable import seed_variable
+from popxl_addons.core.static_sparse_ops import dense_const_sparse_matmul, random_sparse
 from popxl_addons.core.streams import InputStreams, OutputStreams, host_load, host_store
 from popxl_addons.core.task_session import (
     NamedTensorData,
@@ -95,9 +127,34 @@ from popxl_addons.core.variable_factory import (
     VariableFactory,
     add_replica_sharded_variable_input,
     add_variable_input,
+    host_scalar_tensor_types,
 )
 
 __all__ = [
+    "host_scalar_tensor_types",
+    "print_tensor",
+    "print_text",
+    "to_mapping",
+    "disable_fc_pass",
+    "enable_fc_pass",
+    "uses_fc_pass",
+    "GradGraphBuilder",
+    "argument_hash",
+    "bound_arguments",
+    "function",
+    "get_function_hash",
+    "tensor_hash",
+    "CalledGraphsGradInfo",
+    "CalledGraphsGradInfoLike",
+    "GradGraphInfoLike",
+    "GraphLike",
+    "NameScopeMeta",
+    "create_grad_graph_info",
+    "TensorMap",
+    "print_named_tensors",
+    "PatternsLevel",
+    "patterns_level",
+    "add_recompute_inputs",
     "available_memory_proportion",
     "set_available_memory_proportion_by_ipu",
     "set_graph_available_memory_proportion_by_ipu",
@@ -110,6 +167,7 @@ __all__ = [
     "evaluate_FLOPs",
     "evaluate_ir_FLOPs",
     "format_flops_scientific",
+    "plan_batch_serialisation",
     "print_FLOPs",
     "total_FLOPs",
     "repeat_graph",
@@ -129,6 +187,7 @@ __all__ = [
     "write_variables_pb",
     "transforms",
     "GraphCache",
+    "pipelined_execution",
     "recompute_graph",
     "AdamOptimizerStep",
     "BatchSerialResult",
@@ -144,6 +203,7 @@ __all__ = [
     "NamedVariableFactories",
     "OutputStreams",
     "RemoteHandle",
+    "SerialisationPlan",
     "VariableFactory",
     "add_replica_sharded_variable_input",
     "add_variable_input",
@@ -186,7 +246,20 @@ __all__ = [
     # popxl-addons' fused ops
     "cross_entropy",
     "cross_entropy_with_grad",
+    "dense_const_sparse_matmul",
+    "FpDef",
+    "float8_143_def",
+    "float8_152_def",
+    "fp8_amax_scale",
+    "fp8_mse_scale",
+    "ieee_fp16_denorms",
+    "ieee_fp32_no_denorms",
     "grad_reduce_square_add",
+    "group_quantize_compress_numpy",
+    "group_quantize_decompress",
+    "group_quantize_decompress_numpy",
+    "linear_layout",
+    "random_sparse",
     "rotary_pos_embed",
     "trig_table_constants",
     "trig_tables",

@@ -11,12 +11,11 @@ import numpy as np
 
 import popxl
 from popxl import ops
-from popxl.transforms import GradGraphInfo
-from popxl.transforms import autodiff as popxl_autodiff
+from popxl_addons.core.autodiff_patterns import autodiff_with_patterns
 from popxl_addons.core.graph import GraphWithNamedArgs
+from popxl_addons.core.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
 from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.patterns import apply_op_to_identity
 from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory
 
 
@@ -24,18 +23,15 @@ def autodiff(
     graph: GraphWithNamedArgs | popxl.Graph,
     grads_provided: Iterable[popxl.Tensor] | None = None,
     grads_required: Iterable[popxl.Tensor] | None = None,
-    called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+    called_graphs_grad_info: CalledGraphsGradInfoLike | None = None,
 ) -> GraphWithNamedArgs:
     """The gradient graph of `graph` by popxl's autodiff, with the op-to-identity rewrite applied to every
     gradient graph; the gradient graphs `graph` knows for the graphs it calls are used, with those given."""
     graph = graph if isinstance(graph, GraphWithNamedArgs) else GraphWithNamedArgs(graph)
-    known = {**graph.called_graphs_grad_info, **(called_graphs_grad_info or {})}
-    infos: dict[popxl.Graph, GradGraphInfo] = popxl_autodiff(
-        graph.graph, grads_provided, grads_required, known, return_all_grad_graphs=True
+    known = {**graph.called_graphs_grad_info, **normalise_called_graphs_grad_info(called_graphs_grad_info)}
+    return GraphWithNamedArgs.from_grad_graph(
+        autodiff_with_patterns(graph.graph, grads_provided, grads_required, known)
     )
-    apply_op_to_identity(info.graph for info in infos.values())
-    info = infos[graph.graph]
-    return GraphWithNamedArgs(info.graph, NamedTensors(), info)
 
 
 def _arg_name(graph: GraphWithNamedArgs, t: popxl.Tensor) -> str:
@@ -50,7 +46,7 @@ def autodiff_with_accumulation(
     tensors_to_accumulate_grads: Iterable[popxl.Tensor],
     grads_provided: Iterable[popxl.Tensor] | None = None,
     grads_required: Iterable[popxl.Tensor] | None = None,
-    called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+    called_graphs_grad_info: CalledGraphsGradInfoLike | None = None,
     replica_groupings: NamedReplicaGrouping | Mapping[str, popxl.ReplicaGrouping] | None = None,
 ) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
     """A gradient graph that keeps a running mean of the gradients of `tensors_to_accumulate_grads`.

@@ -12,12 +12,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
+K = TypeVar("K")
 T = TypeVar("T", bound="DotTree[Any]")
 
 
 def sanitise(name: str) -> str:
     """`name` with every character that cannot be in a Python identifier replaced by '_'."""
     return re.sub(r"\W|^(?=\d)", "_", name)
+
+
+def to_mapping(key: DotTree[K], value: DotTree[Any]) -> dict[K, Any]:
+    """`{key[k]: value[k]}` for every dotted key the two trees share (popxl-addons' module-level form of
+    `DotTree.to_mapping`)."""
+    return key.to_mapping(value)
 
 
 class DotTree(Generic[V]):
@@ -149,7 +156,7 @@ class DotTree(Generic[V]):
         """A shallow copy: new subtrees, the same leaves."""
         new = type(self)()
         for k, v in self._map.items():
-            new._map[k] = v.copy() if isinstance(v, DotTree) else v
+            new.insert(k, v.copy() if isinstance(v, DotTree) else v)
         return new
 
     def unpack(self) -> tuple[list[str], list[V]]:
@@ -191,13 +198,16 @@ class DotTree(Generic[V]):
         theirs = other.to_dict()
         return {v: theirs[k] for k, v in self.to_dict().items() if k in theirs}
 
-    def _clear(self) -> None:
-        """Remove every leaf, keeping the (now empty) subtrees."""
+    def clear(self) -> None:
+        """Remove every leaf, keeping the (now empty) subtrees: a tree sharing one of them sees it emptied."""
         for k, v in list(self._map.items()):
             if isinstance(v, DotTree):
-                v._clear()
+                v.clear()
             else:
                 del self._map[k]
+
+    # popxl-addons' spelling, which its programs call.
+    _clear = clear
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"

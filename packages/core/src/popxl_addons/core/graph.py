@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 import popxl
 from popxl import ops
 from popxl.transforms import GradGraphInfo
+from popxl_addons.core.autodiff_patterns import autodiff_with_patterns
+from popxl_addons.core.building import Aux
+from popxl_addons.core.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
 from popxl_addons.core.named_tensors import NamedTensors
 
 
@@ -32,6 +35,24 @@ class BoundGraph:
         return BoundGraph(self.graph, {**self.args, **args})
 
 
+class GradGraphBuilder(Protocol):
+    """What made a graph, when it can write the graph's gradient itself: a Module that implements `build_grad`."""
+
+    @property
+    def implements_grad_graph(self) -> bool:
+        """Whether it writes gradient graphs (else popxl's autodiff does)."""
+        ...
+
+    def create_grad_graph(
+        self,
+        fwd_graph: GraphWithNamedArgs,
+        grads_provided: Iterable[popxl.Tensor] | None = None,
+        grads_required: Iterable[popxl.Tensor] | None = None,
+    ) -> GraphWithNamedArgs:
+        """The gradient graph of `fwd_graph`."""
+        ...
+
+
 class GraphWithNamedArgs:
     """A graph plus names for some of its inputs (usually its variables).
 
@@ -45,31 +66,25 @@ class GraphWithNamedArgs:
         graph: popxl.Graph,
         args: NamedTensors | None = None,
         grad_graph_info: GradGraphInfo | None = None,
-        from_module: Any = None,
-        aux: Any = None,
-        called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+        from_module: GradGraphBuilder | None = None,
+        aux: Aux | None = None,
+        called_graphs_grad_info: CalledGraphsGradInfoLike | None = None,
     ) -> None:
         self.graph = graph
         self.args = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
-        self._from_module = from_module
-        self._aux = aux
-        self.called_graphs_grad_info: dict[popxl.Graph, GradGraphInfo] = dict(called_graphs_grad_info or {})
+        self.from_module = from_module
+        # The forward tensors the creating module kept for its `build_grad`.
+        self.aux = aux if aux is not None else Aux()
+        self.called_graphs_grad_info: dict[popxl.Graph, GradGraphInfo] = normalise_called_graphs_grad_info(
+            called_graphs_grad_info
+        )
         self.autodiff_applied = False
 
     @classmethod
     def from_grad_graph(cls, grad_graph_info: GradGraphInfo, args: NamedTensors | None = None) -> GraphWithNamedArgs:
         """The gradient graph of `grad_graph_info`, with its info."""
         return cls(grad_graph_info.graph, args, grad_graph_info)
-
-    @property
-    def aux(self) -> Any:
-        """The forward tensors the creating module kept for its `build_grad`."""
-        if self._aux is None:
-            from popxl_addons.core.module import _Aux
-
-            self._aux = _Aux()
-        return self._aux
 
     @property
     def grad_graph_info(self) -> GradGraphInfo:
@@ -98,7 +113,7 @@ class GraphWithNamedArgs:
         self,
         grads_provided: Iterable[popxl.Tensor] | None = None,
         grads_required: Iterable[popxl.Tensor] | None = None,
-        called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+        called_graphs_grad_info: CalledGraphsGradInfoLike | None = None,
         method: str = "auto",
         force: bool = False,
     ) -> GraphWithNamedArgs:
@@ -106,7 +121,8 @@ class GraphWithNamedArgs:
         "build_grad"), else popxl's autodiff ("autodiff").
 
         Autodiff adds outputs to this graph, so a second application is refused
-        unless `force` is set.
+        unless `force` is set. popxl's autodiff uses the gradient graphs this graph knows for the graphs it
+        calls, with `called_graphs_grad_info` taking precedence; `build_grad` needs none, as in popxl-addons.
         """
         if method not in ("auto", "build_grad", "autodiff"):
             raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method!r}")
@@ -115,18 +131,19 @@ class GraphWithNamedArgs:
                 f"Autodiff has already been applied to {self.graph.id!r}, which changed it in place; "
                 "pass force=True to apply it again"
             )
-        own = self._from_module is not None and self._from_module.implements_grad_graph
-        if method == "build_grad" and not own:
+        builder = self.from_module if self.from_module is not None and self.from_module.implements_grad_graph else None
+        if method == "build_grad" and builder is None:
             raise ValueError(
                 f"method='build_grad' needs `build_grad` implemented and `from_module` is specified when the graph "
                 f"is made by a Module; {self.graph.id!r} has no such module"
             )
-        if method != "autodiff" and own:
-            grad: GraphWithNamedArgs = self._from_module.create_grad_graph(self, grads_provided, grads_required)
+        if method != "autodiff" and builder is not None:
+            grad = builder.create_grad_graph(self, grads_provided, grads_required)
         else:
-            from popxl_addons.core.autodiff import autodiff
-
-            grad = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+            known = {**self.called_graphs_grad_info, **normalise_called_graphs_grad_info(called_graphs_grad_info)}
+            grad = GraphWithNamedArgs.from_grad_graph(
+                autodiff_with_patterns(self.graph, grads_provided, grads_required, known)
+            )
         self.autodiff_applied = True
         return grad
 
@@ -162,8 +179,8 @@ class GraphWithNamedArgs:
             self.graph,
             self.args.copy(),
             self._grad_graph_info,
-            self._from_module,
-            self._aux,
+            self.from_module,
+            self.aux,
             self.called_graphs_grad_info,
         )
         new.autodiff_applied = self.autodiff_applied

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, Literal
 
 import popxl
 from popxl.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
+from popxl_addons.core.building import (
+    Aux,
+    VarGrads,
+    build_context,
+    build_grad_context,
+    current_build_context,
+)
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.graph_cache import GraphCache
+from popxl_addons.core.graph_common import normalise_called_graphs_grad_info
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.variable_factory import (
     NamedVariableFactories,
@@ -28,99 +35,8 @@ from popxl_addons.core.variable_factory import (
 
 GradInliningError = Literal["error", "warning", "none"]
 
-# The modules whose build (or build_grad) is running, innermost last.
-_building: list[Module] = []
-_building_grad: list[Module] = []
 
-
-@contextmanager
-def _within(stack: list[Module], module: Module) -> Iterator[None]:
-    stack.append(module)
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
-class _Aux:
-    """Forward tensors a module's `build_grad` needs, by key; reading one there makes it a gradient-graph input."""
-
-    def __init__(self) -> None:
-        self._values: dict[str, Any] = {}
-        self._grad_inputs: dict[str, popxl.Tensor] = {}
-        self._grad_to_fwd: dict[popxl.Tensor, popxl.Tensor] = {}
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._values[key] = value
-
-    def __getitem__(self, key: str) -> Any:
-        if not _building_grad or _building_grad[-1].aux is not self:
-            raise RuntimeError(
-                "You can only get items within the `build_graph` method (`build_grad`), which runs through "
-                "`create_grad_graph` or `autodiff`"
-            )
-        value = self._values[key]
-        if not isinstance(value, popxl.Tensor):
-            return value
-        if key not in self._grad_inputs:
-            t = popxl.graph_input(value.shape, value.dtype, key, meta_shape=value.meta_shape)
-            self._grad_inputs[key] = t
-            self._grad_to_fwd[t] = value
-        return self._grad_inputs[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._values
-
-    def copy(self) -> _Aux:
-        """A shallow copy."""
-        new = _Aux()
-        new._values = dict(self._values)
-        new._grad_inputs = dict(self._grad_inputs)
-        new._grad_to_fwd = dict(self._grad_to_fwd)
-        return new
-
-    def __repr__(self) -> str:
-        return repr(self._values)
-
-
-class _VarGrads:
-    """The gradients of the forward graph's variables, set by name within `build_grad`."""
-
-    def __init__(self, variables: dict[str, popxl.Tensor] | None = None) -> None:
-        self._values: dict[str, popxl.Tensor] = {}
-        self._variables = variables
-
-    def _require_grad_context(self) -> None:
-        if not _building_grad or _building_grad[-1].var_grad is not self:
-            raise RuntimeError(
-                "You can only use `var_grad` within the `build_graph` method (`build_grad`), which runs through "
-                "`create_grad_graph` or `autodiff`"
-            )
-
-    def __getitem__(self, key: str) -> popxl.Tensor:
-        self._require_grad_context()
-        return self._values[key]
-
-    def __setitem__(self, key: str, t: popxl.Tensor) -> None:
-        self._require_grad_context()
-        if not isinstance(t, popxl.Tensor):
-            raise TypeError(f"Not a tensor: {t!r}")
-        assert self._variables is not None
-        if key not in self._variables:
-            raise KeyError(f"Not a variable: {key}. Possible inputs: {list(self._variables)}")
-        var = self._variables[key]
-        if (var.shape, var.meta_shape) != (t.shape, t.meta_shape):
-            raise ValueError(
-                f"Shape or meta-shape of Tensor does not match variable. The gradient of {key} has shape {t.shape} "
-                f"(meta shape {t.meta_shape}), the variable shape {var.shape} (meta shape {var.meta_shape})"
-            )
-        self._values[key] = t
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._values
-
-
-class _NameScoped(type):
+class NameScopeMeta(type):
     """Runs every `build` under the module's name scope (the attribute name it was assigned to)."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> Any:
@@ -141,7 +57,7 @@ class _NameScoped(type):
         return super().__new__(mcs, name, bases, namespace)
 
 
-class Module(popxl.Module, metaclass=_NameScoped):
+class Module(popxl.Module, metaclass=NameScopeMeta):
     """A popxl Module whose variables become named graph inputs, as in popxl-addons.
 
     `cache=True` reuses the graph of an earlier `create_graph` with compatible
@@ -162,8 +78,8 @@ class Module(popxl.Module, metaclass=_NameScoped):
         object.__setattr__(self, "_named_inputs", NamedTensors())
         self._graph_cache = GraphCache() if cache else None
         self._args_cache: dict[popxl.Graph, tuple[NamedVariableFactories, NamedTensors]] = {}
-        self.aux = _Aux()
-        self.var_grad = _VarGrads()
+        self.aux = Aux()
+        self.var_grad = VarGrads()
         self.grad_inlining_error = grad_inlining_error
         self.called_graphs_grad_info: dict[popxl.Graph, GradGraphInfo] = {}
         self._submodule_infos: list[Module] = []
@@ -190,7 +106,7 @@ class Module(popxl.Module, metaclass=_NameScoped):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._require_init()
-        if self.implements_grad_graph and (not _building or _building[-1] is not self):
+        if self.implements_grad_graph and current_build_context() is not self:
             message = (
                 f"{type(self).__name__} is called inline but `build_grad` has been implemented, so autodiff would "
                 "not use it: create its graph and call that (`self.call_module`), or set grad_inlining_error='none'"
@@ -216,28 +132,31 @@ class Module(popxl.Module, metaclass=_NameScoped):
         self._variable_factories._clear()
         self._named_inputs._clear()
         self.called_graphs_grad_info = {}
-        self.aux = _Aux()
-        self.var_grad = _VarGrads()
+        self.aux = Aux()
+        self.var_grad = VarGrads()
 
-    def _called_infos(self) -> dict[popxl.Graph, GradGraphInfo]:
+    def consolidated_called_graphs_grad_info(self) -> dict[popxl.Graph, GradGraphInfo]:
+        """The gradient graphs known for the graphs this module and its sub-modules call (this module's own
+        first, then the later-assigned sub-modules'), as popxl-addons consolidates them for `create_graph`."""
         infos: dict[popxl.Graph, GradGraphInfo] = {}
         for sub in self._submodule_infos:
-            infos.update(sub._called_infos())
-        infos.update(self.called_graphs_grad_info)
+            infos.update(sub.consolidated_called_graphs_grad_info())
+        # Users may have put popxl-addons' graph-likes in it (a GraphWithNamedArgs for a graph).
+        infos.update(normalise_called_graphs_grad_info(self.called_graphs_grad_info))
         return infos
 
     def create_graph(self, *args: Any, **kwargs: Any) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
         """Trace `build` into a new subgraph (or reuse a cached one); its variable factories and the graph."""
         self._require_init()
         if self._graph_cache is not None:
-            with _within(_building, self):
+            with build_context(self):
                 graph = self._graph_cache.create_graph(self, *args, **kwargs)
             if graph not in self._args_cache:
                 self._args_cache[graph] = (self._variable_factories.copy(), self._named_inputs.copy())
             factories, named = self._args_cache[graph]
         else:
-            self.aux = _Aux()
-            with _within(_building, self):
+            self.aux = Aux()
+            with build_context(self):
                 graph = popxl.gir().create_graph(self, *args, **kwargs)
             if self.implements_grad_graph:
                 graph.recursive_autodiff = False
@@ -247,7 +166,7 @@ class Module(popxl.Module, metaclass=_NameScoped):
             named.copy(),
             from_module=self,
             aux=self.aux.copy(),
-            called_graphs_grad_info=self._called_infos(),
+            called_graphs_grad_info=self.consolidated_called_graphs_grad_info(),
         )
         factories = factories.copy()
         self._reset()
@@ -268,26 +187,26 @@ class Module(popxl.Module, metaclass=_NameScoped):
         if not self.implements_grad_graph:
             raise NotImplementedError(f"{type(self).__name__} does not implement `build_grad`")
         provided, plain, variables = self._grad_signature(fwd_graph, grads_provided, grads_required)
-        self.var_grad = _VarGrads(fwd_graph.args.to_dict())
+        self.var_grad = VarGrads(fwd_graph.args.to_dict())
         self.aux = fwd_graph.aux.copy()
-        with _within(_building_grad, self):
+        with build_grad_context(self):
             grad_graph = popxl.gir().create_graph(self.build_grad, *[t.spec for t in provided])
         self._check_grad_graph(grad_graph, plain, variables)
         with grad_graph:
             for name in variables:
-                popxl.graph_output(self.var_grad._values[name])
+                popxl.graph_output(self.var_grad.gradients[name])
+        grad_to_fwd = self.aux.grad_to_fwd
         # Every aux tensor the gradient reads becomes a forward output, inputs too (popxl-addons' stitching).
-        for fwd_t in self.aux._grad_to_fwd.values():
+        for fwd_t in grad_to_fwd.values():
             fwd_graph.graph.add_output(fwd_t)
-        expected_in = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in provided]
-        expected_in += [
-            ExpectedConnection._create(self.aux._grad_to_fwd[t], ExpectedConnectionType.Fwd)
-            for t in grad_graph.inputs[len(provided) :]
-        ]
-        expected_out = [
-            ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in [*plain, *variables.values()]
-        ]
-        info = GradGraphInfo._create(grad_graph, fwd_graph.graph, expected_in, expected_out)
+        info = create_grad_graph_info(
+            grad_graph.ir,
+            fwd_graph.graph,
+            grad_graph,
+            {**dict(zip(grad_graph.inputs, provided)), **grad_to_fwd},
+            dict(zip(grad_graph.outputs, [*plain, *variables.values()])),
+            set(grad_to_fwd.values()),
+        )
         self._reset()
         return GraphWithNamedArgs.from_grad_graph(info)
 
@@ -462,3 +381,39 @@ def _checked(
     if repeated:
         raise ValueError(f"A Tensor has been specified more than once in `{what}`. Duplicates: {repeated}")
     return tensors
+
+
+def create_grad_graph_info(
+    ir: popxl.Ir,
+    fwd_graph: popxl.Graph,
+    grad_graph: popxl.Graph,
+    grad_input_to_fwd_output: Mapping[popxl.Tensor, popxl.Tensor],
+    grad_output_to_fwd_input: Mapping[popxl.Tensor, popxl.Tensor],
+    fwd_tensors: Set[popxl.Tensor],
+) -> GradGraphInfo:
+    """The info of a gradient graph written by hand, as popxl-addons builds it: `grad_input_to_fwd_output` maps
+    the gradient graph's first inputs, in order, to the forward tensors they connect to (their value where the
+    tensor is in `fwd_tensors`, the aux tensors, else their gradient); `grad_output_to_fwd_input` maps its
+    outputs, in order, to the forward tensors whose gradients they are. Both graphs are of `ir`."""
+    for g in (fwd_graph, grad_graph):
+        if g.ir is not ir:
+            raise ValueError(f"create_grad_graph_info: graph {g.id!r} is not of the given Ir")
+    for what, keys, tensors, kind in [
+        ("grad_input_to_fwd_output", list(grad_input_to_fwd_output), grad_graph.inputs, "inputs"),
+        ("grad_output_to_fwd_input", list(grad_output_to_fwd_input), grad_graph.outputs, "outputs"),
+    ]:
+        if len(keys) > len(tensors) or any(a is not b for a, b in zip(keys, tensors)):
+            raise ValueError(
+                f"create_grad_graph_info: the keys of `{what}` must be the first {kind} of {grad_graph.id!r} in "
+                f"order; got {[t.id for t in keys]}"
+            )
+    expected_inputs = [
+        ExpectedConnection.create(
+            fwd, ExpectedConnectionType.Fwd if fwd in fwd_tensors else ExpectedConnectionType.FwdGrad
+        )
+        for fwd in grad_input_to_fwd_output.values()
+    ]
+    expected_outputs = [
+        ExpectedConnection.create(fwd, ExpectedConnectionType.FwdGrad) for fwd in grad_output_to_fwd_input.values()
+    ]
+    return GradGraphInfo.create(grad_graph, fwd_graph, expected_inputs, expected_outputs)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeAlias
 
 import popxl
+from popxl import ops
 from popxl_addons.core.dot_tree import DotTree
+
+# popxl-addons' name for a tensor-to-tensor mapping (what `NamedTensors.remap` takes).
+TensorMap: TypeAlias = Mapping[popxl.Tensor, popxl.Tensor]
 
 
 class NamedTensors(DotTree[popxl.Tensor]):
@@ -21,7 +26,13 @@ class NamedTensors(DotTree[popxl.Tensor]):
         """Every tensor under its dotted name."""
         return self.to_dict()
 
-    def remap(self, mapping: Mapping[popxl.Tensor, popxl.Tensor]) -> NamedTensors:
+    def remap(self, mapping: TensorMap) -> NamedTensors:
         """The same names with every tensor replaced by `mapping[tensor]` (KeyError if absent)."""
         result: NamedTensors = self.map(lambda t: mapping[t])
         return result
+
+
+def print_named_tensors(named_tensors: NamedTensors) -> NamedTensors:
+    """Each tensor printed when the program runs, titled by its dotted name (`popxl.ops.print_tensor`); the
+    printed tensors, which must be used for the prints to stay in the program, under the same names."""
+    return NamedTensors.from_dict({name: ops.print_tensor(t, name) for name, t in named_tensors.to_dict().items()})

@@ -86,11 +86,11 @@ def _graph_flops(graph: popxl.Graph, seen: dict[int, Breakdown]) -> Breakdown:
     for op in graph.ops:
         subgraphs = op.subgraphs
         if len(subgraphs) == 1:
-            sub, trips = subgraphs[0]
-            called = _scaled(_graph_flops(sub, seen), trips)
+            sub = subgraphs[0]
+            called = _scaled(_graph_flops(sub.graph, seen), sub.trips)
             total += called["TOT"]
             op_type = _SUBGRAPH_OP_TYPES.get(op.name, op.name)
-            key = f"{op_type}_{op.index}({re.sub(r'_subgraph[(][0-9]+[)]', '', sub.id)})"
+            key = f"{op_type}_{op.index}({re.sub(r'_subgraph[(][0-9]+[)]', '', sub.graph.id)})"
             for k, v in called.items():
                 breakdown.setdefault(k, {})[key] = v
         elif not subgraphs and op.name in FLOPS_FNS:

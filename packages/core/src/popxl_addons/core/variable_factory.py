@@ -16,6 +16,10 @@ from popxl_addons.core.dot_tree import DotTree
 from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.named_tensors import NamedTensors
 
+# The host values a factory takes (popxl-addons' `host_scalar_tensor_types`: Python and NumPy scalars and
+# NumPy arrays; popxl-addons adds torch tensors, which this project's factories do not take).
+host_scalar_tensor_types: tuple[type, ...] = (float, int, bool, np.number, np.bool_, np.ndarray)
+
 
 def _draws(data_iter: Callable[[], Any] | Iterable[Any]) -> Iterator[Any]:
     if callable(data_iter):
@@ -49,7 +53,7 @@ class VariableFactory:
     ) -> None:
         self._draws = _draws(data_iter)
         first = next(self._draws)
-        if not isinstance(first, np.ndarray | np.generic | int | float | bool):
+        if not isinstance(first, host_scalar_tensor_types):
             raise ValueError(f"`data_iter` must give NumPy arrays or scalars, got {type(first).__name__}")
         self._peeked: list[Any] = [first]
         data = np.asarray(first)

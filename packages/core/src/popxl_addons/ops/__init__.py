@@ -14,11 +14,12 @@ __path__ = extend_path(__path__, __name__)
 
 from popxl_addons import _compat
 from popxl_addons.ops import streams
+
+# As in popxl-addons, the function is bound over its sub-module of the same name.
+from popxl_addons.ops.fp8_amax_scale import fp8_amax_scale
 from popxl_addons.ops.streams import host_load, host_store
 
-__all__ = ["host_load", "host_store", "streams"]
+__all__ = ["fp8_amax_scale", "host_load", "host_store", "streams"]
 
 # popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__, ["cross_entropy", "cross_entropy_with_grad", "fp8_amax_scale"], owner="popxl_addons.core"
-)
+__getattr__ = _compat.not_implemented(__name__, ["cross_entropy", "cross_entropy_with_grad"], owner="popxl_addons.core")

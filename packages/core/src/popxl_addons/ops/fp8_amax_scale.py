@@ -1,10 +1,7 @@
-"""popxl-addons' `popxl_addons.ops.fp8_amax_scale`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.ops.fp8_amax_scale`, re-exporting `popxl_addons.core.fp8_scale.fp8_amax_scale`."""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.core.fp8_scale import fp8_amax_scale
 
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["fp8_amax_scale"], owner="popxl_addons.core")
+__all__ = ["fp8_amax_scale"]

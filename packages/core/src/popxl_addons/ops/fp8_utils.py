@@ -1,14 +1,13 @@
-"""popxl-addons' `popxl_addons.ops.fp8_utils`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.ops.fp8_utils`: its format descriptions, from `popxl_addons.core.fp8_formats`."""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__,
-    ["FpDef", "ieee_fp32_no_denorms", "ieee_fp16_denorms", "float8_152_def", "float8_143_def"],
-    owner="popxl_addons.core",
+from popxl_addons.core.fp8_formats import (
+    FpDef,
+    float8_143_def,
+    float8_152_def,
+    ieee_fp16_denorms,
+    ieee_fp32_no_denorms,
 )
+
+__all__ = ["FpDef", "float8_143_def", "float8_152_def", "ieee_fp16_denorms", "ieee_fp32_no_denorms"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from popxl_addons import _compat
 from popxl_addons.transforms import (
     available_memory_proportion,
     batch_serialisation,
@@ -21,7 +20,9 @@ from popxl_addons.transforms.batch_serialisation import (
     batch_serialise,
     batch_serialise_fwd_and_grad,
 )
-from popxl_addons.transforms.recomputation import recompute_graph
+from popxl_addons.transforms.pipelining import pipelined_execution
+from popxl_addons.transforms.recomputation import add_recompute_inputs, recompute_graph
+from popxl_addons.transforms.use_fc_pass import disable_fc_pass, enable_fc_pass
 
 __all__ = [
     "available_memory_proportion",
@@ -37,17 +38,9 @@ __all__ = [
     "batch_serial_buffer",
     "batch_serialise",
     "batch_serialise_fwd_and_grad",
+    "pipelined_execution",
     "recompute_graph",
+    "add_recompute_inputs",
+    "disable_fc_pass",
+    "enable_fc_pass",
 ]
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__,
-    [
-        "pipelined_execution",
-        "add_recompute_inputs",
-        "disable_fc_pass",
-        "enable_fc_pass",
-    ],
-    owner="popxl_addons.core",
-)

@@ -1,10 +1,10 @@
-"""popxl-addons' `popxl_addons.transforms.use_fc_pass`; this project has none of its names yet."""
+"""popxl-addons' `popxl_addons.transforms.use_fc_pass`, re-exporting this project's (`popxl_addons.core.fc_pass`).
+
+The setting is recorded per matmul and has no effect here (see `popxl_addons.core.fc_pass`).
+"""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.core.fc_pass import disable_fc_pass, enable_fc_pass
 
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["disable_fc_pass", "enable_fc_pass"], owner="popxl_addons.core")
+__all__ = ["disable_fc_pass", "enable_fc_pass"]

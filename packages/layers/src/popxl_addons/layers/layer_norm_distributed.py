@@ -1,4 +1,10 @@
-"""popxl-addons' `popxl_addons.layers.layer_norm_distributed`; this project does not implement it yet."""
+"""popxl-addons' `popxl_addons.layers.layer_norm_distributed`.
+
+`LayerNormDistributed`, re-exported from `popxl_addons.collectives` when first used. The layer is
+built on a collective op, so it ships in popxl-addons-collectives, and popxl-addons-layers keeps
+depending on core only (it installs without the collectives); without popxl-addons-collectives,
+using the name says to install it.
+"""
 
 from __future__ import annotations
 
@@ -6,5 +12,5 @@ from popxl_addons import _compat
 
 __all__: list[str] = []
 
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["LayerNormDistributed"], owner="popxl_addons.layers")
+# Resolved on first use from popxl_addons.collectives.
+__getattr__ = _compat.not_implemented(__name__, ["LayerNormDistributed"], owner="popxl_addons.collectives")

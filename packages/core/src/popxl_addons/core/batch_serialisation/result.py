@@ -8,6 +8,7 @@ import popxl
 from popxl_addons.core.batch_serialisation.handles import RemoteHandle
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.variable_factory import NamedVariableFactories
 
 
 @dataclass
@@ -16,12 +17,14 @@ class BatchSerialResult:
 
     `graph` takes the row (int32) first, then the seed if one was given, then
     the passed-through inputs of the original graph; its args are the original
-    args remapped to them.
+    args remapped to them. `kept` holds the factories of the device stacks
+    the result's args name (see `batch_serialise_fwd_and_grad`).
     """
 
     graph: GraphWithNamedArgs
     stored_buffers: dict[popxl.Tensor, RemoteHandle] = field(default_factory=dict)
     _remap_dict: dict[popxl.Tensor, popxl.Tensor] = field(default_factory=dict)
+    kept: NamedVariableFactories = field(default_factory=NamedVariableFactories)
 
     def remap_tensors(self, ts: NamedTensors) -> NamedTensors:
         """`ts` with original-graph inputs replaced by the serialised graph's inputs."""

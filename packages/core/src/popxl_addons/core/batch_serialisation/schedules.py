@@ -49,7 +49,7 @@ def sequential(io: StepIO, row: popxl.Tensor, seed: popxl.Tensor | None, passed:
         step_seed, next_seed = _split(carried_seed)
         with io.exchange():
             loaded = io.load(index)
-        stored = io.to_io(io.run(io.gather(loaded), body_passed, step_seed))
+        stored = io.to_io(io.run(io.gather(loaded), body_passed, step_seed, index))
         with io.exchange():
             io.store(stored, index)
         _outputs([index + 1, next_seed])
@@ -69,7 +69,7 @@ def _overlapped_loop(io: StepIO, loaded: Values, pending: Values, passed: Values
         with io.exchange():
             new_loaded = io.load(index)
             io.store(waiting, index - 2)
-        new_pending = io.to_io(io.run(ready, body_passed, step_seed))
+        new_pending = io.to_io(io.run(ready, body_passed, step_seed, index - 1))
         new_loaded = io.gather(new_loaded)
         _outputs([index + 1, next_seed], list(new_loaded.values()), list(new_pending.values()))
     return body
@@ -90,7 +90,7 @@ def overlapped(io: StepIO, row: popxl.Tensor, seed: popxl.Tensor | None, passed:
     step_seed, seed = _split(seed)
     with io.exchange():
         loaded = io.load(index)
-    pending = io.to_io(io.run(first, passed, step_seed))
+    pending = io.to_io(io.run(first, passed, step_seed, base))
     loaded = io.gather(loaded)
     index = index + 1
     if io.steps > 2:
@@ -106,6 +106,6 @@ def overlapped(io: StepIO, row: popxl.Tensor, seed: popxl.Tensor | None, passed:
     step_seed, seed = _split(seed)
     with io.exchange():
         io.store(pending, store_index)
-    last = io.to_io(io.run(loaded, passed, step_seed))
+    last = io.to_io(io.run(loaded, passed, step_seed, store_index + 1))
     with io.exchange():
         io.store(last, store_index + 1)

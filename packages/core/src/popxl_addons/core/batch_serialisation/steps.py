@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import popxl
@@ -29,6 +29,8 @@ class StepIO:
     stored: list[popxl.Tensor]
     seed_input: popxl.Tensor | None
     on_io_tiles: bool
+    # Compute-graph tensors held on the device: the key of each one's stack among the passed values.
+    kept: Mapping[popxl.Tensor, popxl.Tensor] = field(default_factory=dict)
 
     @contextmanager
     def exchange(self) -> Iterator[None]:
@@ -63,13 +65,29 @@ class StepIO:
             out[t] = v
         return out
 
-    def run(self, loaded: Values, passed: Values, seed: popxl.Tensor | None) -> Values:
-        """Call the compute graph once; returns the value of each stored tensor, sliced if sharded."""
-        feeds = {**loaded, **passed}
+    def run(self, loaded: Values, passed: Values, seed: popxl.Tensor | None, index: popxl.Tensor) -> Values:
+        """Call the compute graph for running index `index`; returns the value of each stored tensor.
+
+        Kept inputs are read from their stacks and kept tensors the step makes
+        are written into theirs, at entry `index`; stored values are sliced if sharded.
+        """
+        stacks = {self.kept[t]: t for t in self.kept}
+        feeds = {**loaded, **{t: v for t, v in passed.items() if t not in stacks}}
+        at = ops.reshape(index, (1,))
+        for t, key in self.kept.items():
+            if t in self.compute.inputs and t not in feeds:
+                entry = ops.dynamic_slice(passed[key], at, axes=[0], sizes=[1], no_overlap=True)
+                feeds[t] = ops.reshape(entry, t.shape)
         if self.seed_input is not None:
             assert seed is not None
             feeds[self.seed_input] = seed
         info = ops.call_with_info(self.compute, inputs_dict=feeds)
+        for t, key in self.kept.items():
+            if t not in self.compute.inputs or t in loaded or t in passed:
+                v = feeds[t] if t in feeds else info.graph_to_parent(t)
+                ops.dynamic_update_(
+                    passed[key], at, ops.reshape(v, (1, *v.shape)), axes=[0], sizes=[1], no_overlap=True
+                )
         out: Values = {}
         for t in self.stored:
             v = feeds[t] if t in feeds else info.graph_to_parent(t)

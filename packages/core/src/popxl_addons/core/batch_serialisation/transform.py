@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import popxl
@@ -79,6 +79,7 @@ def batch_serialise(
     seed_input: popxl.Tensor | None = None,
     rows: int = 1,
     io_mode: str = "io",
+    keep: Mapping[popxl.Tensor, str] | None = None,
 ) -> BatchSerialResult:
     """A graph that runs `graph` for `steps` micro-batches of row `n`, given as its first input.
 
@@ -87,6 +88,9 @@ def batch_serialise(
     store handle are stored each step likewise. Other inputs pass through (by
     reference if they were). `(buffer, offset[, group])` tuples in the handle
     dicts are replaced by RemoteHandles in place, and buffers grow to fit.
+    `keep` names inputs and outputs held on the device instead: each gets a
+    by-reference input of `steps * rows` entries, its stack, among the result's
+    args under the given name; an input not loaded nor passed is read from it.
     """
     io_mode = _check_arguments(graph, steps, rows, io_mode)
     normalise(load_handles)
@@ -95,9 +99,15 @@ def batch_serialise(
     _check_handles(compute, load_handles, store_streams, store_buffers)
     if seed_input is not None and seed_input not in compute.inputs:
         raise ValueError(f"seed_input {seed_input.id} is not an input of {compute.id!r}")
+    keep = dict(keep or {})
+    for t in keep:
+        if t.graph is not compute or (t not in compute.inputs and t not in compute.outputs):
+            raise ValueError(f"Kept tensor {t.id} is not an input or output of {compute.id!r}")
     from_buffer = {t for t, h in load_handles.items() if isinstance(h, RemoteHandle)}
     loaded = [t for t in compute.inputs if t in load_handles]
-    passed = [t for t in compute.inputs if t not in load_handles and t is not seed_input]
+    # A kept input that is neither loaded nor stored comes from its stack, so it is not passed through.
+    from_stack = {t for t in keep if t in compute.inputs and t not in load_handles}
+    passed = [t for t in compute.inputs if t not in load_handles and t is not seed_input and t not in from_stack]
     stored = [
         t
         for t in [*compute.inputs, *compute.outputs]
@@ -120,6 +130,9 @@ def batch_serialise(
             t: popxl.graph_input(t.shape, t.dtype, t.name, by_ref=compute.is_by_ref(t), meta_shape=t.meta_shape)
             for t in passed
         }
+        stacks = {
+            t: popxl.graph_input((steps * rows, *t.shape), t.dtype, name, by_ref=True) for t, name in keep.items()
+        }
         io = StepIO(
             compute,
             steps,
@@ -131,12 +144,16 @@ def batch_serialise(
             stored,
             seed_input,
             on_io_tiles=io_mode != "compute",
+            kept=stacks,
         )
         schedule = schedules.overlapped if io_mode == "io_overlapped" else schedules.sequential
-        schedule(io, row, seed, new_inputs)
+        schedule(io, row, seed, {**new_inputs, **{stack: stack for stack in stacks.values()}})
 
     stored_buffers = {
         t: load_handles[t] if t in from_buffer else h for t, h in store_buffers.items() if t.graph is compute
     }
-    result_graph = GraphWithNamedArgs(serial, graph.args.remap(new_inputs))
+    args = graph.args.remap(new_inputs)
+    for t, name in keep.items():
+        args.insert(name, stacks[t], overwrite=True)
+    result_graph = GraphWithNamedArgs(serial, args)
     return BatchSerialResult(result_graph, stored_buffers, dict(new_inputs))

@@ -1,10 +1,11 @@
-"""popxl-addons' custom op `popxl_addons.ops.fp8_mse_scale`; this project does not implement it yet."""
+"""popxl-addons' custom op package `popxl_addons.ops.fp8_mse_scale`: its function, from `popxl_addons.core`.
+
+As in popxl-addons, `popxl_addons.ops.fp8_mse_scale.fp8_mse_scale` is the function, bound over the
+sub-module of the same name.
+"""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
+from popxl_addons.ops.fp8_mse_scale.fp8_mse_scale import fp8_mse_scale
 
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["fp8_mse_scale"], owner="popxl_addons.core")
+__all__ = ["fp8_mse_scale"]

@@ -1,14 +1,15 @@
-"""popxl-addons' custom op `popxl_addons.ops.group_quantize_decompress`; this project does not implement it yet."""
+"""popxl-addons' custom op package `popxl_addons.ops.group_quantize_decompress`, from `popxl_addons.core`.
+
+As in popxl-addons, `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress` is the
+function, bound over the sub-module of the same name.
+"""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__,
-    ["group_quantize_decompress", "group_quantize_decompress_numpy", "group_quantize_compress_numpy"],
-    owner="popxl_addons.core",
+from popxl_addons.ops.group_quantize_decompress.group_quantize_decompress import (
+    group_quantize_compress_numpy,
+    group_quantize_decompress,
+    group_quantize_decompress_numpy,
 )
+
+__all__ = ["group_quantize_compress_numpy", "group_quantize_decompress", "group_quantize_decompress_numpy"]

@@ -1,17 +1,12 @@
-"""popxl-addons' `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress`.
-
-This project does not implement it yet.
-"""
+"""popxl-addons' `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress`, re-exporting
+`popxl_addons.core.group_quantize`'s names."""
 
 from __future__ import annotations
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(
-    __name__,
-    ["group_quantize_decompress", "group_quantize_decompress_numpy", "group_quantize_compress_numpy"],
-    owner="popxl_addons.core",
+from popxl_addons.core.group_quantize import (
+    group_quantize_compress_numpy,
+    group_quantize_decompress,
+    group_quantize_decompress_numpy,
 )
+
+__all__ = ["group_quantize_compress_numpy", "group_quantize_decompress", "group_quantize_decompress_numpy"]

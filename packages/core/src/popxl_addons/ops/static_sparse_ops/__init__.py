@@ -1,4 +1,4 @@
-"""popxl-addons' custom op `popxl_addons.ops.static_sparse_ops`; this project does not implement it yet."""
+"""popxl-addons' `popxl_addons.ops.static_sparse_ops`: its names, re-exported from `popxl_addons.core` on use."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from popxl_addons import _compat
 
 __all__: list[str] = []
 
-# popxl-addons names that this project does not implement yet.
+# Resolved on first use from popxl_addons.core.
 __getattr__ = _compat.not_implemented(
     __name__, ["dense_const_sparse_matmul", "random_sparse"], owner="popxl_addons.core"
 )

@@ -1,0 +1,151 @@
+"""The planner's cost model and search: device bytes and seconds of a plan, from one micro-batch's figures.
+
+Per candidate `steps`, the micro-batch program (forward then gradient, not
+serialised) is compiled and timed once: XLA's `device_bytes` for it, the
+flops of its lowering (XLA's `cost_analysis`), the seconds of one run and the
+bytes of each activation. On top:
+
+- device bytes: the micro-batch program's, plus each kept activation's stack
+  (`steps` entries), plus in io_overlapped one step's host-stored activations
+  in flight (the next step is loaded while the last is stored);
+- seconds: `steps` times the step's compute (RECOMPUTE_SHARE more when
+  anything is recomputed) plus its transfers, each host activation
+  stored and loaded once at the host bandwidth measured on the machine; in
+  io_overlapped, transfers hide behind compute, so a step costs the larger.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from popxl_addons.core.batch_serialisation.policy import CHOICES
+
+# The forward's share of a forward-and-gradient step: the gradient of a layer costs about twice its forward.
+RECOMPUTE_SHARE = 1 / 3
+# Above this many policies per (steps, io_mode), the search is greedy rather than exhaustive.
+EXHAUSTIVE_LIMIT = 3**8
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What the planner knows of one micro-batch for a given `steps`."""
+
+    steps: int
+    device_bytes: int
+    flops: float
+    seconds: float
+    activation_bytes: Mapping[str, int]
+    input_bytes: Mapping[str, int]
+    variable_bytes: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A candidate plan and what the model says it costs, with the parts of its device bytes."""
+
+    steps: int
+    io_mode: str
+    policy: Mapping[str, str]
+    device_bytes: int
+    seconds: float
+    parts: Mapping[str, int] = field(default_factory=dict)
+
+
+def stored(figures: StepFigures, policy: Mapping[str, str]) -> dict[str, str]:
+    """The choice of every tensor the forward loop hands on: forward inputs join once anything is recomputed."""
+    choices = {name: policy.get(name, "host") for name in figures.activation_bytes}
+    if "recompute" in choices.values():
+        for name in figures.input_bytes:
+            choices.setdefault(name, policy.get(name, "host"))
+    return choices
+
+
+def estimate(figures: StepFigures, io_mode: str, policy: Mapping[str, str], bandwidth: float) -> Estimate:
+    """Predicted device bytes and seconds of running the batch as `steps` micro-batches with `policy`."""
+    choices = stored(figures, policy)
+    sizes = {**figures.input_bytes, **figures.activation_bytes}
+    kept = figures.steps * sum(sizes[n] for n, c in choices.items() if c == "keep")
+    host = sum(sizes[n] for n, c in choices.items() if c == "host")
+    in_flight = host if io_mode == "io_overlapped" and figures.steps > 1 else 0
+    compute = figures.seconds * (1 + RECOMPUTE_SHARE if "recompute" in choices.values() else 1)
+    io = 2 * host / bandwidth
+    if io_mode == "io_overlapped" and figures.steps > 1:
+        seconds = figures.steps * max(compute, io) + io
+    else:
+        seconds = figures.steps * (compute + io)
+    parts = {
+        "variables and their gradients": figures.variable_bytes,
+        "one step's temporaries": figures.device_bytes - figures.variable_bytes,
+        "kept activations": kept,
+        "transfers in flight": in_flight,
+    }
+    return Estimate(figures.steps, io_mode, dict(policy), sum(parts.values()), seconds, parts)
+
+
+def _options(figures: StepFigures) -> dict[str, tuple[str, ...]]:
+    inputs = set(figures.input_bytes)
+    return {n: ("host", "keep") if n in inputs else CHOICES for n in figures.activation_bytes}
+
+
+def _exhaustive(figures: StepFigures) -> Iterator[dict[str, str]]:
+    options = _options(figures)
+    names = list(options)
+    recomputable_inputs = [n for n in figures.input_bytes if n not in options]
+    for combo in itertools.product(*(options[n] for n in names)):
+        policy = dict(zip(names, combo))
+        if "recompute" in combo and recomputable_inputs:
+            # Forward inputs that only recomputation needs: stored to host or kept.
+            for extra in itertools.product(("host", "keep"), repeat=len(recomputable_inputs)):
+                yield {**policy, **dict(zip(recomputable_inputs, extra))}
+        else:
+            yield policy
+
+
+def _greedy(figures: StepFigures, io_mode: str, bandwidth: float, budget: int) -> Iterator[dict[str, str]]:
+    """Everything kept, then, while over budget, the change freeing most bytes per second it adds."""
+    options = _options(figures)
+    policy = {n: "keep" for n in options}
+    yield dict(policy)
+    while estimate(figures, io_mode, policy, bandwidth).device_bytes > budget:
+        base = estimate(figures, io_mode, policy, bandwidth)
+        best: tuple[float, str, str] | None = None
+        for name, choices in options.items():
+            for choice in choices:
+                if choice == policy[name] or (policy[name] != "keep"):
+                    continue
+                trial = estimate(figures, io_mode, {**policy, name: choice}, bandwidth)
+                freed = base.device_bytes - trial.device_bytes
+                if freed > 0:
+                    score = freed / max(trial.seconds - base.seconds, 1e-12)
+                    if best is None or score > best[0]:
+                        best = (score, name, choice)
+        if best is None:
+            return
+        policy[best[1]] = best[2]
+        yield dict(policy)
+
+
+def search(
+    figures: Sequence[StepFigures], io_modes: Sequence[str], bandwidth: float, budget: int
+) -> tuple[list[Estimate], Estimate]:
+    """Candidates predicted to fit `budget`, fastest first, and the smallest footprint of all."""
+    fits: list[Estimate] = []
+    smallest: Estimate | None = None
+    for fig in figures:
+        for mode in io_modes:
+            if mode == "io_overlapped" and fig.steps < 2:
+                continue
+            exhaustive = len(CHOICES) ** len(fig.activation_bytes) <= EXHAUSTIVE_LIMIT
+            policies = _exhaustive(fig) if exhaustive else _greedy(fig, mode, bandwidth, budget)
+            for policy in policies:
+                e = estimate(fig, mode, policy, bandwidth)
+                if smallest is None or e.device_bytes < smallest.device_bytes:
+                    smallest = e
+                if e.device_bytes <= budget:
+                    fits.append(e)
+    if smallest is None:
+        raise ValueError("No candidate plans: no steps choice, or only io_overlapped with 1 step")
+    fits.sort(key=lambda e: (e.seconds, e.device_bytes))
+    return fits, smallest

@@ -1,0 +1,246 @@
+"""plan_batch_serialisation: choose steps, io_mode and each activation's place for a device-memory budget."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import popxl
+from popxl import ops
+from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult, batch_serialise_fwd_and_grad
+from popxl_addons.core.graph import GraphWithNamedArgs
+from popxl_addons.core.module import Module
+from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.planning.model import Estimate, StepFigures, estimate, search
+from popxl_addons.core.planning.programs import measure, micro_batch_spec, serialised_program, step_program
+
+# Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
+MAX_COMPILES = 4
+
+
+@functools.cache
+def host_bandwidth(device: str = "cpu", nbytes: int = 1 << 22, entries: int = 8) -> float:
+    """Bytes per second a remote store and load move inside a program on `device` (measured once).
+
+    Measured as the serialised programs move them: a loop storing then
+    loading each entry of a remote buffer in the Session's default memory.
+    """
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((nbytes // 4,), popxl.float32, entries)
+        value = popxl.variable(np.ones(nbytes // 4, np.float32), name="value")
+
+        def body(i: popxl.Tensor, v: popxl.Tensor) -> tuple[popxl.Tensor, popxl.Tensor]:
+            # The loaded value is carried into the next store, so that neither transfer is dead code.
+            ops.remote_store(buffer, i, v)
+            return i + 1, ops.remote_load(buffer, i)
+
+        graph = ir.create_graph(body, popxl.TensorSpec((), popxl.int32), value.spec)
+        ops.repeat(graph, entries, popxl.constant(np.int32(0)), value)
+    with popxl.Session(ir, device, checks=False) as session:
+        session.run()
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            session.run()
+            best = min(best, time.perf_counter() - start)
+    return 2 * entries * (nbytes // 4) * 4 / best
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class SerialisationPlan:
+    """A batch-serialisation plan within a device-memory budget, with the evidence for it.
+
+    `policy` maps each activation's name to "host", "recompute" or "keep";
+    `measured_device_bytes` is from compiling the plan's whole program.
+    """
+
+    steps: int
+    io_mode: str
+    policy: dict[str, str]
+    predicted_device_bytes: int
+    predicted_seconds: float
+    measured_device_bytes: int
+    budget_bytes: int
+    figures: StepFigures
+    bandwidth: float
+    runner_up: Estimate | None = None
+    rejected: list[tuple[Estimate, int]] = field(default_factory=list)
+
+    def _alternatives(self, name: str) -> list[str]:
+        lines = []
+        base = estimate(self.figures, self.io_mode, self.policy, self.bandwidth)
+        for choice in ("keep", "host", "recompute"):
+            if choice == self.policy.get(name, "host"):
+                continue
+            if name in self.figures.input_bytes and choice == "recompute":
+                continue
+            other = estimate(self.figures, self.io_mode, {**self.policy, name: choice}, self.bandwidth)
+            over = other.device_bytes > self.budget_bytes
+            lines.append(
+                f"{choice}: {_size(other.device_bytes - base.device_bytes):>10} device, "
+                f"{other.seconds - base.seconds:+.3g} s" + (" (over budget)" if over else "")
+            )
+        return lines
+
+    def explain(self) -> str:
+        """Why each activation got its choice, and what the next plan would have cost."""
+        lines = [
+            f"steps={self.steps}, io_mode={self.io_mode}: predicted {_size(self.predicted_device_bytes)} and "
+            f"{self.predicted_seconds:.3g} s; compiled {_size(self.measured_device_bytes)} "
+            f"(budget {_size(self.budget_bytes)})",
+            f"host bandwidth {self.bandwidth / 1e9:.3g} GB/s; one micro-batch step {self.figures.seconds:.3g} s",
+        ]
+        sizes = {**self.figures.input_bytes, **self.figures.activation_bytes}
+        for name, choice in sorted(self.policy.items()):
+            others = "; ".join(self._alternatives(name))
+            lines.append(f"  {name} ({_size(sizes[name])} a step): {choice}; instead {others}")
+        for e, measured in self.rejected:
+            lines.append(
+                f"rejected steps={e.steps}, {e.io_mode}, {e.policy}: predicted {_size(e.device_bytes)}, "
+                f"compiled {_size(measured)} (over budget)"
+            )
+        if self.runner_up is not None:
+            e = self.runner_up
+            lines.append(
+                f"next plan: steps={e.steps}, {e.io_mode}, {e.policy}: predicted {_size(e.device_bytes)}, "
+                f"{e.seconds:.3g} s"
+            )
+        return "\n".join(lines)
+
+    def apply(
+        self,
+        forward_graph: GraphWithNamedArgs,
+        gradient_graph: GraphWithNamedArgs,
+        named_inputs_for_grad_graph: NamedTensors,
+        load_handles: MutableMapping[popxl.Tensor, Any],
+        store_streams: MutableMapping[popxl.Tensor, popxl.DeviceToHostStream],
+        store_buffers: MutableMapping[popxl.Tensor, Any],
+        seed_input: popxl.Tensor | None = None,
+        rows: int = 1,
+    ) -> tuple[BatchSerialResult, BatchSerialResult]:
+        """`batch_serialise_fwd_and_grad` with this plan's steps, io_mode and policy."""
+        return batch_serialise_fwd_and_grad(
+            forward_graph,
+            gradient_graph,
+            named_inputs_for_grad_graph,
+            self.steps,
+            load_handles,
+            store_streams,
+            store_buffers,
+            seed_input,
+            rows,
+            self.io_mode,
+            self.policy,
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _nothing_fits(smallest: Estimate, budget: int, measured: int | None = None) -> ValueError:
+    top = max(smallest.parts.items(), key=lambda kv: kv[1])
+    reached = f"compiled {_size(measured)}" if measured is not None else f"predicted {_size(smallest.device_bytes)}"
+    return ValueError(
+        f"No plan fits a device budget of {_size(budget)}: the smallest footprint reached is {reached} "
+        f"(steps={smallest.steps}, {smallest.io_mode}, {smallest.policy}), dominated by {top[0]} "
+        f"({_size(top[1])})"
+    )
+
+
+def plan_batch_serialisation(
+    make_module: Callable[[], Module],
+    input_spec: popxl.TensorSpec,
+    device_budget_bytes: int,
+    *,
+    batch_axis: int = 0,
+    io_modes: Sequence[str] = IO_MODES,
+    steps_choices: Sequence[int] | None = None,
+    device: str = "cpu",
+    bandwidth: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SerialisationPlan:
+    """The fastest predicted plan whose compiled program fits `device_budget_bytes`.
+
+    `make_module()` returns a fresh Module of one input; `input_spec` is the
+    whole global batch, split along `batch_axis` into `steps` micro-batches
+    (`steps_choices`, default every divisor of the batch). `bandwidth` (bytes
+    per second to host and back) is measured once when not given. `progress`
+    receives one line per stage. Raises ValueError when no plan fits.
+    """
+    unknown = [m for m in io_modes if m not in IO_MODES]
+    if unknown or not io_modes:
+        raise ValueError(f"io_modes must be a non-empty subset of {IO_MODES}, got {tuple(io_modes)}")
+    if not isinstance(device_budget_bytes, int | np.integer) or device_budget_bytes <= 0:
+        raise ValueError(f"device_budget_bytes must be a positive int, got {device_budget_bytes!r}")
+    budget = int(device_budget_bytes)
+    batch = input_spec.shape[batch_axis]
+    choices = sorted(set(steps_choices)) if steps_choices else _divisors(batch)
+    bad = [s for s in choices if not isinstance(s, int) or s < 1 or batch % s]
+    if bad:
+        raise ValueError(f"steps_choices {bad} do not divide the global batch of {batch} (axis {batch_axis})")
+    say = progress or (lambda line: None)
+    rate = bandwidth if bandwidth is not None else host_bandwidth(device)
+    figures = []
+    for i, steps in enumerate(choices):
+        program = step_program(make_module, micro_batch_spec(input_spec, steps, batch_axis))
+        # Timed, not only counted: smaller micro-batches run below the flops rate of larger ones.
+        m = measure(program, device, timed=True)
+        figures.append(
+            StepFigures(
+                steps,
+                int(m["device_bytes"]),
+                m["flops"],
+                m["seconds"],
+                program.activation_bytes,
+                program.input_bytes,
+                program.variable_bytes,
+            )
+        )
+        say(f"compiled the micro-batch step for steps={steps} ({i + 1}/{len(choices)})")
+    fits, smallest = search(figures, io_modes, rate, budget)
+    if not fits:
+        raise _nothing_fits(smallest, budget)
+    rejected: list[tuple[Estimate, int]] = []
+    remaining = list(fits)
+    while remaining and len(rejected) < MAX_COMPILES:
+        candidate = remaining.pop(0)
+        spec = micro_batch_spec(input_spec, candidate.steps, batch_axis)
+        program = serialised_program(make_module, spec, candidate.steps, candidate.io_mode, candidate.policy)
+        measured = int(measure(program, device)["device_bytes"])
+        say(f"compiled plan {len(rejected) + 1}: steps={candidate.steps} {candidate.io_mode}: {_size(measured)}")
+        if measured <= budget:
+            fig = next(f for f in figures if f.steps == candidate.steps)
+            return SerialisationPlan(
+                candidate.steps,
+                candidate.io_mode,
+                dict(candidate.policy),
+                candidate.device_bytes,
+                candidate.seconds,
+                measured,
+                budget,
+                fig,
+                rate,
+                remaining[0] if remaining else None,
+                rejected,
+            )
+        rejected.append((candidate, measured))
+        # The model under-predicted: what it predicts next is taken as that much larger.
+        scale = max(m / e.device_bytes for e, m in rejected)
+        remaining = [e for e in remaining if e.device_bytes * scale <= budget]
+    best_rejected = min(rejected, key=lambda r: r[1])
+    raise _nothing_fits(best_rejected[0], budget, best_rejected[1])
