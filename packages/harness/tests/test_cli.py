@@ -63,8 +63,10 @@ def test_a_local_module_is_checked_from_its_folder(user_folder: Path) -> None:
     assert "skipped 2 variant(s): io_overlapped needs at least 2 steps" in result.stdout
     assert "io_mode 'io_overlapped' needs" not in result.stdout + result.stderr
     assert (user_folder / "s.png").read_bytes()[:4] == b"\x89PNG"
-    # Through a pipe, progress comes as plain lines.
-    assert "[harness] " in result.stdout and "variants (100%)" in result.stdout
+    # Through a pipe, progress comes as plain lines on standard error, each fitting 80 columns.
+    progress = [line for line in result.stderr.splitlines() if line.startswith("[harness] ")]
+    assert progress and "variants (100%)" in progress[-1] and "[harness] " not in result.stdout
+    assert all(len(line) <= 80 for line in progress)
     # A factory function works the same as a class.
     assert _harness(user_folder, "mymodel:block", "--input-shape", "2,4", "--steps", "2", "--rows", "1",
                     "--io-modes", "io", "--jobs", "1", "--no-measure").returncode == 0  # fmt: skip
@@ -97,13 +99,17 @@ def test_bad_input_gets_one_clear_line(user_folder: Path, args: list[str], messa
 
 def test_a_module_that_cannot_be_built_is_an_error_not_a_mismatch(user_folder: Path) -> None:
     result = _harness(user_folder, "mymodel:Block", "--input-shape", "3,4", "--kwargs", '{"width": 2}',
-                      "--steps", "2", "--rows", "1", "--jobs", "1", "--json", "r.json")  # fmt: skip
+                      "--steps", "2", "--rows", "1", "--jobs", "1", "--json", "r.json",
+                      "--remote-memories", "host")  # fmt: skip
     assert result.returncode == 1
     records = json.loads((user_folder / "r.json").read_text())["cases"]
     assert {r["verdict"] for r in records} == {"ERROR"}
     assert all("Traceback" in r["error"] and "unexpected keyword argument 'width'" in r["summary"] for r in records)
     assert "Traceback" not in result.stdout
     assert "could not be built or run (tracebacks in r.json)" in result.stdout
+    # Tried once and said once, not once per variant.
+    assert result.stdout.count("unexpected keyword argument 'width'") == 1, result.stdout
+    assert "case Block: the module cannot be built (3 variant(s) not run)" in result.stdout
 
 
 def test_verdicts_distinguish_pass_fail_error_and_skip() -> None:

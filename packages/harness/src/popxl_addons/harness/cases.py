@@ -44,6 +44,8 @@ class Case:
     chains that many forward graphs through one buffer. `shard_activation`
     stores the first activation sharded across each tensor-parallel group.
     `remote_memories` lists the placements of remote buffers to check.
+    `policy` gives activations' choices ("host", "recompute" or "keep") as
+    (name, choice) pairs, with `grad`.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Case:
     remote_memories: tuple[str, ...] = REMOTE_MEMORIES
     chain: int = 1
     shard_activation: bool = False
+    policy: tuple[tuple[str, str], ...] = ()
     rtol: float = 1e-5
     atol: float = 1e-5
     seed: int = 0

@@ -10,7 +10,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from popxl_addons.core import IO_MODES, Module
 from popxl_addons.harness.builtin import BUILTIN_CASES
 from popxl_addons.harness.cases import REMOTE_MEMORIES, Case, Variant
-from popxl_addons.harness.equivalence import Outcome, TensorReport, check
+from popxl_addons.harness.equivalence import Outcome, TensorReport, build_error, check
 
 DESCRIPTION = """\
 Check that batch-serialised modules compute what the plain modules compute.
@@ -39,7 +39,15 @@ built-in cases run.
             io: transfers on the IO tiles, in step order
             io_overlapped: step i+1 loaded and step i-1 stored while step i
             computes (needs 2 or more steps)
+
+`popxl-addons-harness plan MODULE:ATTR --input-shape ... --global-batch N
+--budget 2GiB [--check]` plans batch serialisation for a device budget.
 """
+
+
+# Progress lines in a log: at most one per this many seconds, each at most LOG_COLUMNS wide.
+PROGRESS_SECONDS = 5.0
+LOG_COLUMNS = 80
 
 
 class UsageError(Exception):
@@ -194,37 +202,56 @@ def _check_in_worker(argv: Sequence[str], index: int, measure: bool) -> tuple[in
 
 
 class _PlainProgress:
-    """Progress as plain lines for logs: every 10% of the variants or every 10 seconds."""
+    """Progress as plain lines for logs: at most one every PROGRESS_SECONDS (and the last), each fitting
+    LOG_COLUMNS."""
 
     def __init__(self, console: Console, total: int) -> None:
         self.console, self.total, self.done = console, total, 0
         self.start = self.last = time.monotonic()
-        self.next_share = 0.1
 
     def advance(self, variant: Variant) -> None:
         self.done += 1
         now = time.monotonic()
-        if self.done / self.total >= self.next_share or now - self.last >= 10 or self.done == self.total:
-            elapsed = now - self.start
-            eta = elapsed / self.done * (self.total - self.done)
-            self.console.print(
-                f"[harness] {self.done}/{self.total} variants ({100 * self.done // self.total}%), "
-                f"{elapsed:.0f} s elapsed, about {eta:.0f} s left; last: {variant.id}",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            self.last = now
-            while self.next_share <= self.done / self.total:
-                self.next_share += 0.1
+        if now - self.last < PROGRESS_SECONDS and self.done != self.total:
+            return
+        elapsed = now - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        line = progress_line(
+            f"[harness] {self.done}/{self.total} variants ({100 * self.done // self.total}%), "
+            f"{elapsed:.0f} s, ~{eta:.0f} s left",
+            variant.id,
+        )
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self.last = now
 
 
-def run_all(argv: Sequence[str], variants: list[Variant], jobs: int, measure: bool, console: Console) -> list[Outcome]:
-    """Check every variant, in `jobs` processes, showing progress."""
+def progress_line(head: str, detail: str) -> str:
+    """`head` and as much of `detail` as fits LOG_COLUMNS."""
+    room = LOG_COLUMNS - len(head) - 2
+    if room < 8:
+        return head[:LOG_COLUMNS]
+    return f"{head}; {detail if len(detail) <= room else detail[: room - 3] + '...'}"
+
+
+def run_all(
+    argv: Sequence[str],
+    variants: list[Variant],
+    jobs: int,
+    measure: bool,
+    console: Console,
+    broken: Mapping[str, str] | None = None,
+) -> list[Outcome]:
+    """Check every variant, in `jobs` processes, showing progress on `console` (standard error).
+
+    Variants of the cases in `broken` (name: the error building their module) are not run but get that error.
+    """
+    broken = broken or {}
     outcomes: list[Outcome | None] = [None] * len(variants)
-    todo = [i for i, v in enumerate(variants) if v.skip_reason is None]
+    todo = [i for i, v in enumerate(variants) if v.skip_reason is None and v.case.name not in broken]
     for i, v in enumerate(variants):
-        if v.skip_reason is not None:
+        if v.case.name in broken:
+            outcomes[i] = Outcome(v, error=broken[v.case.name])
+        elif v.skip_reason is not None:
             outcomes[i] = Outcome(v, skipped=v.skip_reason)
     if console.is_terminal:
         columns = (
@@ -303,9 +330,18 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120")))
 
 
+def progress_console() -> Console:
+    """Where progress goes: standard error, so that the report on standard output stays clean."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else LOG_COLUMNS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the harness; returns 1 when any variant fails or errs, 2 for bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plan"]:
+        from popxl_addons.harness import plan_cli
+
+        return plan_cli.main(argv[1:])
     console = _console()
     args = parser().parse_args(argv)
     try:
@@ -313,19 +349,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"popxl-addons-harness: error: {e}", file=sys.stderr)
         return 2
-    variants = [v for c in cases for v in c.variants()]
     replicas = max(layout.replication for c in cases for layout in c.layouts)
     # One CPU device per replica, for this process and the workers (before JAX starts its backends).
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={max(replicas, 1)}")
+    # A module that cannot be built fails every variant alike: it is tried once and reported once.
+    broken = {c.name: error for c in cases if (error := build_error(c)) is not None}
+    variants = [v for c in cases for v in c.variants()]
     skipped = sum(v.skip_reason is not None for v in variants)
     console.print(
         f"{len(variants)} variants of {len(cases)} case(s) ({skipped} skipped), {args.jobs} worker(s)",
         highlight=False,
     )
-    outcomes = run_all(argv, variants, args.jobs, not args.no_measure, console)
+    outcomes = run_all(argv, variants, args.jobs, not args.no_measure, progress_console(), broken)
     from popxl_addons.harness import report
 
-    console.print(report.table(outcomes, console.width))
+    console.print(report.table([o for o in outcomes if o.variant.case.name not in broken], console.width))
+    for name, error in broken.items():
+        last = [line for line in error.strip().splitlines() if line.strip()][-1].strip()
+        count = sum(v.case.name == name for v in variants)
+        console.print(
+            f"case {name}: the module cannot be built ({count} variant(s) not run): {last}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for line in [*report.skipped_lines(outcomes), *report.repeated_warnings(outcomes)]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for o in outcomes:

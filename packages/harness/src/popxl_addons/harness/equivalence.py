@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import popxl
-from popxl_addons.harness.cases import Variant
+from popxl_addons.harness.cases import Case, Variant
 from popxl_addons.harness.programs import (
     Program,
     feed,
@@ -178,6 +178,18 @@ def _expected_order(variant: Variant) -> list[int]:
         for j in range(variant.steps):
             last_writer[store_slot(variant, n, j)] = n * variant.steps + j
     return [last_writer[store_slot(variant, n, j)] for n in range(variant.rows) for j in range(variant.steps)]
+
+
+def build_error(case: Case) -> str | None:
+    """The traceback of building the case's module and graph once, or None when that works."""
+    layout = case.layouts[0]
+    ir = popxl.Ir(replication=layout.replication)
+    try:
+        with ir.main_graph, collected_warnings([]):
+            case.module(layout).create_graph(popxl.TensorSpec(case.input_shape, popxl.float32))
+    except Exception:  # any failure here would fail every variant of the case the same way
+        return traceback.format_exc()
+    return None
 
 
 def check(variant: Variant, measure: bool = False) -> Outcome:

@@ -245,12 +245,16 @@ def _serialise_fwd_and_grad(
         store_buffers=store_buffers,
         rows=variant.rows,
         io_mode=variant.io_mode,
+        policy=dict(variant.case.policy),
     )
     program.serialised = fwd.graph.graph
     program.serialised_grad, program.compute_grad = grad.graph.graph, dgraph.graph
+    # Kept activations' stacks: variables both serialised graphs are bound to (not weights, which get random data).
+    fwd_vars = program.weights.copy()
+    fwd_vars.update(fwd.kept.init())
     grad_vars = program.results.copy()
-    grad_vars.update(program.weights)
-    fwd_bound = fwd.graph.bind(program.weights)
+    grad_vars.update(fwd_vars)
+    fwd_bound = fwd.graph.bind(fwd_vars)
     grad_bound = grad.graph.bind(grad_vars)
     for n in range(variant.rows):
         fwd_bound.call(n)

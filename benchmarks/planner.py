@@ -1,0 +1,172 @@
+"""The batch-serialisation planner at three device budgets (about 60%, 30% and 15% of the un-serialised
+footprint) on the fwd+grad MLP of batch_serialisation.py, side by side in one run with:
+
+- the exhaustive best: every steps x io_mode x per-layer choice (host, recompute or keep for all of a
+  layer's activations; host or keep for the input), each compiled and timed;
+- the greedy baseline: everything recomputed (inputs to host), at the smallest steps that fits;
+- the trivial plan: everything to host, at the smallest steps that fits;
+- JAX: `lax.scan` over the micro-batches under `jax.checkpoint` with `save_and_offload_only_these_names`
+  (activations offloaded to pinned host), at the smallest steps that fits.
+
+Targets (issue 22): within budget every time; time <= 1.05x the exhaustive best and never slower than
+greedy or trivial; predicted device bytes within 10% of the compiled figure; planning time below five
+compiles of one candidate. Figures go to out/bench/planner.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from functools import partial
+from typing import Any
+
+import jax
+import numpy as np
+from batch_serialisation import MLP, jax_offload, jax_program
+from common import interleaved, save
+
+import popxl
+from popxl_addons.core import plan_batch_serialisation
+from popxl_addons.core.planning.programs import measure, micro_batch_spec, serialised_program, step_program
+
+MiB = 2**20
+
+
+def _layer(name: str) -> str:
+    return name.split("/")[0] if "/" in name else "input"
+
+
+def per_layer_policies(activations: list[str], inputs: list[str]) -> list[dict[str, str]]:
+    """Every assignment of one choice per layer (host or keep for the inputs)."""
+    groups = sorted({_layer(n) for n in activations if n not in inputs})
+    out = []
+    for combo in itertools.product(("host", "recompute", "keep"), repeat=len(groups)):
+        for inp in itertools.product(("host", "keep"), repeat=len(inputs)):
+            choice = dict(zip(groups, combo))
+            policy = {n: choice[_layer(n)] for n in activations if n not in inputs}
+            out.append({**policy, **dict(zip(inputs, inp))})
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--width", type=int, default=256, help="MLP width")
+    p.add_argument("--layers", type=int, default=2, help="MLP layers")
+    p.add_argument("--batch", type=int, default=1024, help="global batch")
+    p.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 4, 8])
+    p.add_argument("--io-modes", type=lambda s: s.split(","), default=["compute", "io_overlapped"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    args = p.parse_args()
+    make = partial(MLP, args.layers)
+    spec = popxl.TensorSpec((args.batch, args.width), popxl.float32)
+    whole = measure(step_program(make, spec), args.device)
+    unserialised = int(whole["device_bytes"])
+    print(f"un-serialised: {unserialised / MiB:.2f} MiB", flush=True)
+
+    # Every candidate of the exhaustive search, compiled and timed once, reused for each budget.
+    first = step_program(make, micro_batch_spec(spec, args.steps[0], 0))
+    names, inputs = list(first.activation_bytes), [n for n in first.input_bytes]
+    candidates: list[dict[str, Any]] = []
+    compile_seconds: list[float] = []
+    for steps in args.steps:
+        for mode in args.io_modes:
+            if mode == "io_overlapped" and steps < 2:
+                continue
+            for policy in per_layer_policies(names, inputs):
+                start = time.perf_counter()
+                program = serialised_program(make, micro_batch_spec(spec, steps, 0), steps, mode, policy)
+                m = measure(program, args.device, timed=True)
+                compile_seconds.append(time.perf_counter() - start)
+                candidates.append(
+                    {
+                        "steps": steps,
+                        "io_mode": mode,
+                        "policy": policy,
+                        "device_bytes": int(m["device_bytes"]),
+                        "seconds": m["seconds"],
+                    }
+                )
+    print(f"{len(candidates)} candidates measured", flush=True)
+    rng = np.random.default_rng(0)
+    target = jax.devices(args.device)[0]
+    params = jax.device_put(
+        [
+            (rng.normal(0, args.width**-0.5, (args.width,) * 2).astype(np.float32), np.zeros(args.width, np.float32))
+            for _ in range(args.layers)
+        ],
+        target,
+    )
+    x = rng.normal(size=(args.batch, args.width)).astype(np.float32)
+    jax_runs = {}
+    for steps in args.steps:
+        xs = jax.device_put(x.reshape(steps, args.batch // steps, args.width), target)
+        run, memory = jax_program(jax_offload, params, xs, xs)
+        jax_runs[steps] = {"device_bytes": memory["device_bytes"], "seconds": interleaved({"r": run}, 3)["r"]}
+
+    def smallest_steps(pick: Any, budget: int) -> dict[str, Any] | None:
+        fitting = [c for c in candidates if pick(c) and c["device_bytes"] <= budget]
+        return min(fitting, key=lambda c: (c["steps"], c["seconds"]), default=None)
+
+    figures: dict[str, Any] = {
+        "unserialised_bytes": unserialised,
+        "width": args.width,
+        "layers": args.layers,
+        "batch": args.batch,
+        "budgets": [],
+    }
+    one_compile = float(np.median(compile_seconds))
+    figures["candidates"] = candidates
+    figures["one_candidate_seconds"] = one_compile
+    for share in (0.6, 0.3, 0.15):
+        budget = int(share * unserialised)
+        row: dict[str, Any] = {"share": share, "budget": budget}
+        start = time.perf_counter()
+        try:
+            plan = plan_batch_serialisation(
+                make, spec, budget, io_modes=args.io_modes, steps_choices=args.steps, device=args.device
+            )
+        except ValueError as e:
+            row["planner_error"] = str(e)
+            plan = None
+        row["planning_seconds"] = time.perf_counter() - start
+        row["planning_in_compiles"] = row["planning_seconds"] / one_compile
+        if plan is not None:
+            program = serialised_program(
+                make, micro_batch_spec(spec, plan.steps, 0), plan.steps, plan.io_mode, plan.policy
+            )
+            m = measure(program, args.device, timed=True)
+            row["planner"] = {
+                "steps": plan.steps,
+                "io_mode": plan.io_mode,
+                "policy": plan.policy,
+                "predicted_bytes": plan.predicted_device_bytes,
+                "device_bytes": plan.measured_device_bytes,
+                "seconds": m["seconds"],
+            }
+            row["prediction_error"] = plan.predicted_device_bytes / plan.measured_device_bytes - 1
+        fits = [c for c in candidates if c["device_bytes"] <= budget]
+        row["exhaustive"] = min(fits, key=lambda c: c["seconds"], default=None)
+        row["greedy"] = smallest_steps(
+            lambda c: all(v == "recompute" or (n in inputs and v == "host") for n, v in c["policy"].items()), budget
+        )
+        row["trivial"] = smallest_steps(lambda c: set(c["policy"].values()) == {"host"}, budget)
+        jax_fit = [(s, r) for s, r in jax_runs.items() if r["device_bytes"] <= budget]
+        row["jax_offload"] = {"steps": jax_fit[0][0], **jax_fit[0][1]} if jax_fit else None
+        for other in ("exhaustive", "greedy", "trivial", "jax_offload"):
+            if plan is not None and row[other] is not None:
+                row[f"time_vs_{other}"] = row["planner"]["seconds"] / row[other]["seconds"]
+        figures["budgets"].append(row)
+        summary = {k: round(v, 3) for k, v in row.items() if k.startswith(("time_vs", "prediction", "planning_in"))}
+        planned = row.get("planner", {})
+        print(
+            f"budget {share:.0%} ({budget / MiB:.2f} MiB): plan steps={planned.get('steps')} "
+            f"{planned.get('io_mode')} {planned.get('device_bytes', 0) / MiB:.2f} MiB "
+            f"{planned.get('seconds', float('nan')) * 1e3:.1f} ms; {summary} {row.get('planner_error', '')}",
+            flush=True,
+        )
+    print(f"figures in {save('planner', figures)}")
+
+
+if __name__ == "__main__":
+    main()
