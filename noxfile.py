@@ -100,5 +100,5 @@ def example(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Every benchmark; figures go to the untracked out/bench/."""
     _install(session, "harness")
-    for script in ["build_scaling", "compile_scaling", "replication", "batch_serialisation"]:
+    for script in ["build_scaling", "compile_scaling", "replication", "batch_serialisation", "planner", "gpt_phased"]:
         session.run("python", f"benchmarks/{script}.py", *session.posargs)

@@ -17,26 +17,37 @@ after a row-sharded Linear are the same on every replica. Each column-sharded
 Linear is entered through `replicated_all_reduce_identical_inputs` and each
 row-sharded one left through `replicated_all_reduce_identical_grad_inputs`.
 
-Phased execution: every stage's weights, gradient accumulators and Adam state are
-remote variables, one buffer entry per layer. A training step is
+Phased execution with replicated tensor sharding (RTS): every stage's weights,
+reduced gradients and Adam state live in remote buffers, one entry per layer, each
+replica holding a 1-D shard of each over the weight's RTS group (`shard_groups`:
+the weight's own replica group, as popxl-addons' GPT applications choose it: the
+data-parallel replicas for a tensor-parallel weight, every replica for a shared
+one; a weight that does not divide evenly, or a step count, is not sharded). The
+gradient accumulators of one layer stay on the device, shared by the stage's
+layers. A training step is
 
-1. forward phases (embedding, each layer, head): load the stage, run it
+1. forward phases (embedding, each layer, head): load the stage's weight shards,
+   all-gather them (`all_gather_replica_sharded_graph`), run the stage
    batch-serialised over the micro-batches, activations through remote buffers;
-2. backward phases in reverse (head, layers, embedding): load the stage, run its
-   gradient batch-serialised (accumulating a mean over the micro-batches),
-   all-reduce the accumulated gradients over the data-parallel replicas, add
-   their squared norms (`grad_reduce_square_add`) to the step's total, store;
-3. the global gradient norm: the total all-reduced over the tensor-parallel
-   group (the shards of a tensor-parallel weight are different parts of it);
-4. optimizer phases: load each stage, an Adam step per weight clipped by the
-   global norm, zero the accumulators, store.
+2. backward phases in reverse (head, layers, embedding): load and gather the
+   weights, run the gradient batch-serialised (accumulating a mean over the
+   micro-batches), reduce-scatter the accumulated gradients over the
+   data-parallel replicas into shards (`reduce_replica_sharded_graph`; a shared
+   weight's is all-reduced, then sliced), add their squared norms
+   (`grad_reduce_square_add`) to the step's total, store the shards, zero the
+   accumulators;
+3. the global gradient norm: the total all-reduced over every replica (each
+   holds a disjoint part of the square; an unsharded copy counts a share);
+4. optimizer phases: load each stage's weight, gradient and Adam shards, an Adam
+   step per shard clipped by the global norm, store the weights and Adam state.
 
 The un-phased program is the same model on the same replicas with every weight on
 the device and the whole batch at once; both train from the same weights on the
 same data and their losses agree to float tolerance.
 
-What is not here: replicated tensor sharding of the optimizer state over the
-data-parallel replicas (the gradients are all-reduced over them instead).
+The example prints both programs' device and host bytes per replica (the
+Session's `memory_analysis`) and the host bytes of the phased program's remote
+state, sharded and as it would be unsharded.
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ import popxl
 import popxl_addons as addons
 from popxl import ops
 from popxl_addons.layers import Embedding, LayerNorm, Linear
+from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.ops.replicated_all_reduce_TP import (
@@ -62,6 +74,8 @@ from popxl_addons.ops.replicated_all_reduce_TP import (
     replicated_all_reduce_identical_inputs,
 )
 from popxl_addons.patterns import apply_pre_alias_patterns
+from popxl_addons.remote import NamedRemoteBuffers
+from popxl_addons.rts import all_gather_replica_sharded_graph, reduce_replica_sharded_graph
 from popxl_addons.transforms.batch_serialisation import (
     BatchSerialResult,
     RemoteHandle,
@@ -263,17 +277,20 @@ def _reduce_and_square(
     return total
 
 
-def _global_norm(total: popxl.Tensor, config: Config) -> popxl.Tensor:
-    return ops.sqrt(ops.collectives.replicated_all_reduce(total, "add", group=Groupings(config).tp))
+def _global_norm(total: popxl.Tensor, group: popxl.ReplicaGrouping) -> popxl.Tensor:
+    """The gradient norm from each replica's part of its square, summed over `group`."""
+    return ops.sqrt(ops.collectives.replicated_all_reduce(total, "add", group=group))
 
 
-def _adam(factory: addons.VariableFactory, config: Config) -> tuple[addons.NamedVariableFactories, Any]:
-    """The Adam step graph of one weight: the loss scale and the sum over data-parallel replicas divided out."""
-    spec = popxl.TensorSpec(factory.shape, factory.dtype)
+def _adam(
+    var: popxl.TensorSpec, grouping: popxl.ReplicaGrouping, config: Config
+) -> tuple[addons.NamedVariableFactories, Any]:
+    """The Adam step graph of one weight or shard of it: the loss scale and the sum over data-parallel
+    replicas divided out. A shard (`var` with a meta shape) gets moments sharded alike."""
     state, graph = addons.optimizers.adam.AdamOptimizerStep().create_graph(
-        spec,
-        spec,
-        factory.replica_grouping,
+        var,
+        var,
+        grouping,
         lr=config.lr,
         weight_decay=0.0,
         first_order_dtype=config.dtype,
@@ -287,58 +304,127 @@ def _adam(factory: addons.VariableFactory, config: Config) -> tuple[addons.Named
 # ---- Phased ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Stage:
-    """One kind of stage (embeddings, layer, head): its serialised graphs and its state, a buffer entry per layer."""
+def shard_groups(factories: addons.NamedVariableFactories) -> NamedReplicaGrouping:
+    """Each weight's replicated-tensor-sharding group, chosen as popxl-addons' GPT applications choose it.
 
-    weights: dict[str, addons.VariableFactory]
-    forward: BatchSerialResult
-    backward: BatchSerialResult
-    optimizers: dict[str, Any]
+    That is the weight's whole replica group (the data-parallel replicas for a
+    tensor-parallel weight, every replica for a shared one) where its elements
+    divide evenly over it, else a group of one (not sharded).
+    """
+    ir = popxl.gir()
+    groups = {}
+    for name, f in factories.to_dict().items():
+        group = f.replica_grouping
+        groups[name] = group if math.prod(f.shape) % group.group_size == 0 else ir.replica_grouping(group_size=1)
+    return NamedReplicaGrouping.from_dict(groups)
+
+
+def _shard_spec(f: addons.VariableFactory, group: popxl.ReplicaGrouping) -> popxl.TensorSpec:
+    """The spec of one replica's shard over `group` of the variable `f` makes (its whole spec for a group of one)."""
+    if group.group_size == 1:
+        return popxl.TensorSpec(f.shape, f.dtype)
+    return popxl.TensorSpec((math.prod(f.shape) // group.group_size,), f.dtype, f.shape)
+
+
+@dataclass
+class Remote:
+    """Named state in remote buffers, a buffer entry per layer, with the graphs that load and store an entry."""
+
+    buffers: NamedRemoteBuffers
     load: addons.GraphWithNamedArgs
     names: list[str]
     store: addons.GraphWithNamedArgs
-    variables: list[addons.NamedTensors] = field(default_factory=list)
 
-    def _loaded(self, row: int) -> addons.NamedTensors:
+    @classmethod
+    def of(cls, buffers: NamedRemoteBuffers) -> Remote:
+        load, names = addons.load_remote_graph(buffers)
+        return cls(buffers, load, names, addons.store_remote_graph(buffers))
+
+    def host_bytes(self, sharded: bool = True) -> int:
+        """Bytes the buffers hold on each replica's host; with `sharded` False, as if nothing were sharded."""
+        total = 0
+        for b in self.buffers.values_flat():
+            shape = b.tensor_shape if sharded or not b.meta_shape else b.meta_shape
+            total += b.entries * math.prod(shape) * b.tensor_dtype.itemsize
+        return total
+
+    def loaded(self, row: int) -> addons.NamedTensors:
         return addons.NamedTensors.pack(self.names, self.load.call(row))
 
+    def stored(self, tensors: addons.NamedTensors, row: int) -> None:
+        self.store.bind(tensors).call(row)
+
+
+@dataclass
+class Stage:
+    """One kind of stage (embeddings, layer, head): its serialised graphs, its remote state (weights, reduced
+    gradients and Adam state, each replica-sharded, an entry per layer) and its gradient accumulators."""
+
+    forward: BatchSerialResult
+    backward: BatchSerialResult
+    weights: Remote
+    grads: Remote
+    adam: Remote
+    gather: tuple[addons.GraphWithNamedArgs, list[str]]
+    reduce: tuple[addons.GraphWithNamedArgs, list[str]]
+    optimizers: dict[str, Any]
+    accums: addons.NamedTensors  # on the device, whole, shared by the stage's layers
+    copies: dict[str, int]  # how many replicas hold each element of a weight's shard
+    variables: list[addons.NamedTensors] = field(default_factory=list)
+
+    def state_bytes(self, sharded: bool = True) -> int:
+        """Host bytes per replica of the stage's remote state (see `Remote.host_bytes`)."""
+        return sum(r.host_bytes(sharded) for r in (self.weights, self.grads, self.adam))
+
+    def _gathered(self, row: int) -> addons.NamedTensors:
+        graph, names = self.gather
+        return addons.NamedTensors.pack(names, graph.bind(self.weights.loaded(row)).call())
+
     def forward_phase(self, row: int) -> None:
-        self.forward.graph.bind(self._loaded(row)).call(row)
+        self.forward.graph.bind(self._gathered(row)).call(row)
 
     def backward_phase(self, row: int, config: Config) -> popxl.Tensor:
-        """The gradients over every micro-batch, all-reduced over data-parallel; this part of the squared norm."""
-        state = self._loaded(row)
+        """The gradients over every micro-batch, reduce-scattered over the data-parallel replicas into this
+        replica's shards and stored; this replica's part of the squared norm."""
+        state = self._gathered(row)
+        state.update(self.accums)
         self.backward.graph.bind(state).call(row)
-        grads = {name: state.get(f"accum.{name}") for name in self.weights}
-        total = _reduce_and_square(grads, self.weights, config)
-        self.store.bind(state).call(row)
+        graph, names = self.reduce
+        grads = addons.NamedTensors.pack(names, graph.bind(self.accums.get("accum")).call())
+        total = popxl.constant(np.float32(0.0))
+        for name, grad in grads.to_dict().items():
+            square = grad_reduce_square_add(grad, loss_scaling=config.loss_scaling * config.dp)
+            total = total + (square * (1 / self.copies[name]) if self.copies[name] > 1 else square)
+        self.grads.stored(grads, row)
+        for accum in self.accums.values_flat():
+            ops.var_updates.accumulator_zero_(accum)
         return total
 
     def optimizer_phase(self, row: int, norm: popxl.Tensor) -> None:
-        state = self._loaded(row)
+        """An Adam step on this replica's shards of the layer's weights."""
+        weights, grads, adam = self.weights.loaded(row), self.grads.loaded(row), self.adam.loaded(row)
         for name, graph in self.optimizers.items():
-            graph.bind(state.get(f"adam.{name}")).call(state.get(name), state.get(f"accum.{name}"), norm)
-        for accum in state.get("accum").values_flat():
-            ops.var_updates.accumulator_zero_(accum)
-        ops.var_updates.accumulator_zero_(state.get("mean_accum_counter"))
-        self.store.bind(state).call(row)
+            graph.bind(adam.get(name)).call(weights.get(name), grads.get(name), norm)
+        self.weights.stored(weights, row)
+        self.adam.stored(adam, row)
 
 
 def build_stage(
     module: addons.Module, inputs: Sequence[popxl.TensorSpec], rows: int, config: Config, handles: dict[str, Any]
 ) -> Stage:
-    """A stage serialised over the micro-batches with its state in remote variables, `rows` layers of it."""
+    """A stage serialised over the micro-batches with its state in replica-sharded remote variables, `rows`
+    layers of it."""
     factories, forward = module.create_graph(*inputs)
     required = [forward.graph.inputs[0]] if "dx" in handles else []
-    weights = factories.to_dict()
     accums, backward = autodiff_with_accumulation(forward, required, factories)
-    state = factories.copy()
-    state.update(accums.copy())
+    groups = shard_groups(factories)
+    by_name, group_of = factories.to_dict(), groups.to_dict()
+    shard_over = {name: g.group_size for name, g in group_of.items()}
+    adam_state = addons.NamedVariableFactories()
     optimizers = {}
-    for name, f in weights.items():
-        adam, optimizers[name] = _adam(f, config)
-        state.insert(f"adam.{name}", adam, overwrite=True)
+    for name, f in by_name.items():
+        adam, optimizers[name] = _adam(_shard_spec(f, group_of[name]), f.replica_grouping, config)
+        adam_state.insert(name, adam, overwrite=True)  # merges into the subtree of a sibling weight
     graph_in, graph_out = forward.graph.inputs, forward.graph.outputs
     loads = {graph_in[0]: handles["x"], backward.graph.inputs[0]: handles["dy"]}
     loads.update({graph_in[1 + i]: h for i, h in enumerate(handles.get("extra", []))})
@@ -349,10 +435,31 @@ def build_stage(
     fwd, bwd = batch_serialise_fwd_and_grad(
         forward, backward, forward.args, config.steps, loads, streams, stores, rows=rows, io_mode="io"
     )
-    buffers = addons.named_variable_buffers(state, rows, shard_over_dict=False)
-    load, names = addons.load_remote_graph(buffers)
-    stage = Stage(weights, fwd, bwd, optimizers, load, names, addons.store_remote_graph(buffers))
-    stage.variables = [state.init_remote(buffers, row, prefix=f"{type(module).__name__}{row}") for row in range(rows)]
+    weight_buffers = addons.named_variable_buffers(factories, rows, shard_over)
+    grad_buffers = addons.named_variable_buffers(accums.get("accum"), rows, shard_over)
+    adam_buffers = addons.named_variable_buffers(adam_state, rows, shard_over_dict=False)  # shards have meta shapes
+    weights = Remote.of(weight_buffers)
+    shards = addons.NamedTensors.pack(weights.names, weights.load.graph.outputs)
+    name = type(module).__name__
+    device_accums = accums.init(prefix=f"{name}.accum")
+    stage = Stage(
+        fwd,
+        bwd,
+        weights,
+        Remote.of(grad_buffers),
+        Remote.of(adam_buffers),
+        all_gather_replica_sharded_graph(shards, replica_groups=groups),
+        reduce_replica_sharded_graph(
+            device_accums.get("accum"), "add", shard_groups=groups, replica_group=Groupings(config).dp
+        ),
+        optimizers,
+        device_accums,
+        {n: config.replicas // (f.replica_grouping.num_groups * group_of[n].group_size) for n, f in by_name.items()},
+    )
+    for row in range(rows):
+        variables = factories.init_remote(weight_buffers, row, prefix=f"{name}{row}")
+        variables.insert("adam", adam_state.init_remote(adam_buffers, row, prefix=f"{name}{row}.adam"))
+        stage.variables.append(variables)
     return stage
 
 
@@ -403,7 +510,7 @@ def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage
         for i in reversed(range(config.layers)):
             total = total + layer.backward_phase(i, config)
         total = total + embed.backward_phase(0, config)
-        norm = _global_norm(total, config)
+        norm = _global_norm(total, ir.replica_grouping())  # each replica holds a disjoint part of the square
         embed.optimizer_phase(0, norm)
         for i in range(config.layers):
             layer.optimizer_phase(i, norm)
@@ -444,9 +551,10 @@ def unphased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], addons.N
         names = {id(t): name for name, t in graph.args.to_dict().items()}
         by_name = {names[id(t)]: g for t, g in zip(grad.grad_graph_info.outputs, outputs)}
         by_factory = factories.to_dict()
-        norm = _global_norm(_reduce_and_square(by_name, by_factory, config), config)
+        norm = _global_norm(_reduce_and_square(by_name, by_factory, config), Groupings(config).tp)
         for name, w in weights.to_dict().items():
-            adam, step = _adam(by_factory[name], config)
+            f = by_factory[name]
+            adam, step = _adam(popxl.TensorSpec(f.shape, f.dtype), f.replica_grouping, config)
             step.bind(adam.init(prefix=f"adam.{name}")).call(w, by_name[name], norm)
     apply_pre_alias_patterns(ir)
     return ir, {"tokens": tokens, "labels": labels, "loss": loss}, weights
@@ -543,7 +651,19 @@ def train(config: Config) -> dict[str, Any]:
             "phased": phased.memory_analysis(feeds_phased(*data[0])),
             "unphased": plain.memory_analysis(feeds_plain(*data[0])),
         }
-    return {"curves": curves, "memory": memory, "seconds": seconds}
+        # The trained weights, read back whole from the phased program's shards, against the un-phased ones.
+        weights = {n: (_phased_variable(stages, n), plain_weights.get(n)) for n in start}
+        got = phased.get_tensors_data([a for a, _ in weights.values()])
+        want = plain.get_tensors_data([b for _, b in weights.values()])
+    differences = {n: float(np.max(np.abs(got[a].astype(np.float32) - want[b]))) for n, (a, b) in weights.items()}
+    state = {"sharded": sum(s.state_bytes() for s in stages), "unsharded": sum(s.state_bytes(False) for s in stages)}
+    return {
+        "curves": curves,
+        "memory": memory,
+        "seconds": seconds,
+        "state_bytes": state,
+        "weight_differences": differences,
+    }
 
 
 def main() -> None:
@@ -565,11 +685,16 @@ def main() -> None:
     for i, (a, b) in enumerate(zip(curves["phased"], curves["unphased"])):
         print(f"{i:4d}  {a:.5f}  {b:.5f}")
     worst = max(abs(a - b) for a, b in zip(curves["phased"], curves["unphased"]))
-    print(f"largest difference between the losses: {worst:.2e}")
+    differences = result["weight_differences"]
+    name = max(differences, key=differences.__getitem__)
+    print(f"largest difference between the losses: {worst:.2e}, the trained weights: {differences[name]:.2e} ({name})")
     for name, figures in result["memory"].items():
         device, host = figures["device_bytes"] / 2**10, figures["host_bytes"] / 2**10
         run = result["seconds"][name]
         print(f"{name:9s} device {device:8.1f} KiB, host {host:8.1f} KiB per replica; {run:.1f} s running")
+    state = result["state_bytes"]
+    print(f"phased remote state (weights, gradients, Adam) {state['sharded'] / 2**10:.1f} KiB per replica, "
+          f"{state['unsharded'] / 2**10:.1f} KiB unsharded")  # fmt: skip
     print(f"total {time.perf_counter() - begin:.1f} s")
 
 
