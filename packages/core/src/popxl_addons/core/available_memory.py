@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Iterable
 
 import popxl
-from popxl.op import Op
+from popxl.extension import Op
 
 __all__ = [
     "available_memory_proportion",

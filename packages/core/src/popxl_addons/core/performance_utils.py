@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import popxl
-from popxl.op import Op
+from popxl.extension import Op
 from popxl.utils import table_to_string
 
 __all__ = ["total_FLOPs", "evaluate_ir_FLOPs", "evaluate_FLOPs", "print_FLOPs", "format_flops_scientific"]

@@ -34,7 +34,7 @@ import numpy as np
 
 import popxl
 from popxl import context, ipu_only, ops
-from popxl.op import Op, add_op
+from popxl.extension import Op
 from popxl.ops.call import CallSiteInfo
 from popxl.transforms.autodiff import GradGraphInfo
 from popxl_addons.core.module import Module
@@ -202,7 +202,7 @@ def _run_stages(stages: StageContext, steps: int) -> None:
                     new_in = popxl.graph_input(t.shape, t.dtype, t.name, by_ref=by_ref, meta_shape=t.meta_shape)
                     old_to_new[t] = new_in
                     feeds[new_in] = t
-            clone = add_op(op.opdef, [old_to_new[t] for t in op.inputs], op.attrs, [t.name for t in op.outputs])
+            clone = body.add_op(op.opdef, [old_to_new[t] for t in op.inputs], op.attrs, [t.name for t in op.outputs])
             after = op.placement.after
             clone.placement = dataclasses.replace(op.placement, after=None if after is None else new_index.get(after))
             ipu_only.record(clone, **ipu_only.recorded(op))

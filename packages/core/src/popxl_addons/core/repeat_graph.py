@@ -6,8 +6,6 @@ import dataclasses
 
 import popxl
 from popxl import context, ops
-from popxl.op import add_op
-from popxl.tensor import Tensor
 
 __all__ = ["repeat_graph"]
 
@@ -38,8 +36,8 @@ def repeat_graph(graph: popxl.Graph, repeat_count: int) -> popxl.Graph:
         )
 
     body = graph.ir.create_empty_graph("repeat_graph")
-    old_to_new: dict[Tensor, Tensor] = {}
-    inputs: dict[Tensor, Tensor] = {}  # body input -> the tensor of `graph` that feeds it
+    old_to_new: dict[popxl.Tensor, popxl.Tensor] = {}
+    inputs: dict[popxl.Tensor, popxl.Tensor] = {}  # body input -> the tensor of `graph` that feeds it
     with body, context.fresh_name_scopes():
         for op in moved:
             for t in op.inputs:
@@ -47,7 +45,7 @@ def repeat_graph(graph: popxl.Graph, repeat_count: int) -> popxl.Graph:
                     new_in = popxl.graph_input(t.shape, t.dtype, t.name, by_ref=True, meta_shape=t.meta_shape)
                     old_to_new[t] = new_in
                     inputs[new_in] = t
-            clone = add_op(op.opdef, [old_to_new[t] for t in op.inputs], op.attrs, [t.name for t in op.outputs])
+            clone = body.add_op(op.opdef, [old_to_new[t] for t in op.inputs], op.attrs, [t.name for t in op.outputs])
             # Same order, so the creation index an op is sequenced after is the same in the new graph.
             clone.placement = dataclasses.replace(op.placement)
             old_to_new.update(zip(op.outputs, clone.outputs, strict=True))

@@ -4,12 +4,20 @@ through other graphs, by adding the inputs that carry it along every call path."
 from __future__ import annotations
 
 import popxl
-from popxl.op import reachable_graphs
 
 
 def is_subgraph(parent: popxl.Graph, subgraph: popxl.Graph) -> bool:
     """Whether `subgraph` is `parent` or a graph `parent` runs, directly or not."""
-    return any(g is subgraph for g in reachable_graphs(parent))
+    seen: set[int] = set()
+    todo = [parent]
+    while todo:
+        g = todo.pop()
+        if g is subgraph:
+            return True
+        if id(g) not in seen:
+            seen.add(id(g))
+            todo.extend(g.called_graphs)
+    return False
 
 
 def route_tensor_into_graph(

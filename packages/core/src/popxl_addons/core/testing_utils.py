@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 import popxl
-from popxl.op import Op, OpDef
+from popxl.extension import Op, OpDef
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.streams import host_store
