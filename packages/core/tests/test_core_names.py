@@ -252,6 +252,35 @@ def test_patterns_level_names_the_levels() -> None:
         apply_pre_alias_patterns(popxl.Ir(), "most")
 
 
+def test_op_to_identity_replaces_the_registered_kinds_ops() -> None:
+    """An op kind registered as identity-replaceable becomes an identity where its predicate holds, only there."""
+    from popxl.extension import OpDef, create_op, register
+    from popxl_addons.core.patterns import register_identity_replaceable
+
+    def refuse(op: Any) -> None:
+        if op.attrs["same"]:
+            raise RuntimeError("needs the op-to-identity rewrite")
+
+    double = register(
+        OpDef("test_double_unless_same", lambda specs, attrs: [specs[0]], lambda ctx, attrs, x: [2 * x], check=refuse)
+    )
+    register_identity_replaceable(double, lambda op: bool(op.attrs["same"]))
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.array([1.0, 2.0], np.float32))
+        kept = create_op(double, [x], {"same": False})[0]
+        replaced = create_op(double, [x], {"same": True})[0]
+        out_kept, out_replaced = popxl.d2h_stream(kept.shape, kept.dtype), popxl.d2h_stream(x.shape, x.dtype)
+        ops.host_store(out_kept, kept)
+        ops.host_store(out_replaced, replaced)
+    apply_pre_alias_patterns(ir, "default")
+    assert [op.opdef.name for op in ir.main_graph.ops[:2]] == ["test_double_unless_same", "identity"]
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()
+    np.testing.assert_array_equal(got[out_kept], [2.0, 4.0])
+    np.testing.assert_array_equal(got[out_replaced], [1.0, 2.0])
+
+
 def test_add_recompute_inputs_takes_gradients_then_forward_inputs() -> None:
     ir = popxl.Ir()
     with ir.main_graph:

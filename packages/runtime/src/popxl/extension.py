@@ -3,8 +3,8 @@
 An extension defines an `OpDef` (its declarations are documented there:
 shape rule, lowering, gradient, resources read and written, subgraphs,
 replica groupings, in-place updates, and optionally a `check` run when a
-Session is created and an `identity_replaceable` predicate for graph
-rewrites), registers it with `register`, and creates ops with `create_op`.
+Session is created), registers it with `register`, and creates ops with
+`create_op`; `replace_with_identity` rewrites an op into an identity.
 Lowerings receive a `LoweringContext`; `all_reduce_values` and
 `gather_values` give extensions the runtime's collectives without touching
 JAX. `loaded_variable` gives a remote variable an on-device value loaded
@@ -13,7 +13,6 @@ with the weights, as popxl's `replica_sharded_variable` does.
 
 from popxl.creation import loaded_variable
 from popxl.grad_builder import GradBuilder
-from popxl.graph import Graph
 from popxl.lowering.interpreter import LoweringContext
 from popxl.op import REGISTRY, Attrs, Op, OpDef, create_op, register
 from popxl.opdefs.collectives import all_reduce_values, gather_values, group_of
@@ -28,11 +27,6 @@ def replace_with_identity(op: Op) -> None:
     op.replaced_by_identity = True
 
 
-def identity_candidates(graph: Graph) -> list[Op]:
-    """The ops of `graph` whose op kind says they may be replaced by an identity."""
-    return [op for op in graph.ops if op.opdef.identity_replaceable is not None and op.opdef.identity_replaceable(op)]
-
-
 __all__ = [
     "REGISTRY",
     "Attrs",
@@ -45,7 +39,6 @@ __all__ = [
     "loaded_variable",
     "gather_values",
     "group_of",
-    "identity_candidates",
     "register",
     "replace_with_identity",
 ]

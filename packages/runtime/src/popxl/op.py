@@ -120,7 +120,6 @@ class OpDef:
     modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
     view_update: ViewUpdateFn | None = None
     check: Callable[[Op], None] | None = None
-    identity_replaceable: Callable[[Op], bool] | None = None
     departure: str = ""
     modifies_note: str = ""
     origin: str = ""

@@ -26,6 +26,7 @@ from popxl.extension import (
     group_of,
     register,
 )
+from popxl_addons.core.patterns import register_identity_replaceable
 
 SUPPORTED_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -70,9 +71,10 @@ ALL_REDUCE_TP = register(
         grad=_grad,
         groupings=group_of,
         check=_check,
-        identity_replaceable=lambda op: bool(op.attrs["identical_inputs"]),
     )
 )
+# An all-reduce of inputs known to be identical on every replica is an identity (popart's OpToIdentityPattern).
+register_identity_replaceable(ALL_REDUCE_TP, lambda op: bool(op.attrs["identical_inputs"]))
 
 
 def create_all_reduce(
