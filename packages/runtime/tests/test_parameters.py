@@ -182,6 +182,8 @@ def test_ipu_only_arguments_are_recorded_and_change_nothing() -> None:
         (lambda t, i: ops.scatter(t, i, t, available_memory_proportion=-1), "available_memory_proportion"),
         (lambda t, i: ops.dynamic_slice(t, i[:1], [0], [1], no_overlap="yes"), "no_overlap"),  # type: ignore[arg-type]
         (lambda t, i: ops.topk(t, 1, 0, True, True, available_memory_proportion=2.0), "available_memory_proportion"),
+        (lambda t, i: ops.matmul(t, t, available_memory_proportion=0.0), "available_memory_proportion"),
+        (lambda t, i: ops.matmul(t, t, partials_type=popxl.int32), "partials_type"),
     ],
 )
 def test_invalid_ipu_only_arguments_are_refused_naming_them(make: object, name: str) -> None:
@@ -190,6 +192,16 @@ def test_invalid_ipu_only_arguments_are_refused_naming_them(make: object, name: 
         i = popxl.constant(np.array([0, 1, 2, 3], np.int32))
         with pytest.raises(ValueError, match=name):
             make(t, i)  # type: ignore[operator]
+
+
+def test_matmul_options_are_recorded() -> None:
+    with popxl.Ir().main_graph:
+        t = popxl.constant(np.ones((2, 2), np.float32))
+        y = ops.matmul(t, t, available_memory_proportion=0.4, partials_type=popxl.float16)
+        assert ipu_only.recorded(y.producer) == {  # type: ignore[arg-type]
+            "available_memory_proportion": 0.4,
+            "partials_type": "half",
+        }
 
 
 def test_conv_options_are_checked_and_recorded() -> None:

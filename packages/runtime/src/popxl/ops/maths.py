@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from popxl import dtypes
+from popxl import dtypes, ipu_only
 from popxl.creation import constant
 from popxl.op import OpDef, create_op
 from popxl.opdefs import elementwise as ew
@@ -205,7 +205,9 @@ def matmul(
     `available_memory_proportion` and `partials_type` tune the IPU's matmul and change nothing here.
     """
     attrs = {"output_type": dtypes.as_dtype(output_type) if output_type is not None else None}
-    return _one(linalg.MATMUL, [lhs, rhs], attrs)
+    out = _one(linalg.MATMUL, [lhs, rhs], attrs)
+    ipu_only.record(out, available_memory_proportion=available_memory_proportion, partials_type=partials_type)
+    return out
 
 
 def _reduce(opdef: OpDef, t: Tensor, axis: int | Iterable[int] | None, keepdims: bool, name: str) -> Tensor:
