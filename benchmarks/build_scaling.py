@@ -68,7 +68,7 @@ def trace_jax(tokens: int, width: int, hidden: int, blocks: int) -> Any:
 
 
 def training_program(
-    tokens: int, width: int, hidden: int, blocks: int, weights: list[np.ndarray[Any, Any]]
+    tokens: int, width: int, weights: list[np.ndarray[Any, Any]]
 ) -> tuple[popxl.Ir, dict[popxl.HostToDeviceStream, np.ndarray[Any, Any]]]:
     """One SGD step of the stack in popxl: forward, gradient, weights updated in place."""
     ir = popxl.Ir()
@@ -90,7 +90,7 @@ def training_program(
 
 def compile_popxl(tokens: int, width: int, hidden: int, blocks: int, weights: list[np.ndarray[Any, Any]]) -> float:
     """Seconds to create the training program's Session and compile it (device transfers excluded)."""
-    ir, feeds = training_program(tokens, width, hidden, blocks, weights)
+    ir, feeds = training_program(tokens, width, weights)
     start = time.perf_counter()
     session = popxl.Session(ir, "cpu", checks=False)
     elapsed = time.perf_counter() - start

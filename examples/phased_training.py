@@ -395,7 +395,7 @@ def train(config: Config, show_progress: bool = True) -> dict[str, Any]:
 
     curves: dict[str, list[float]] = {"phased": [], "unphased": []}
     micro_shape = (config.steps, config.micro)
-    progress = _progress(show_progress, config.training_steps)
+    progress = _progress(show_progress)
     with phased, plain, progress as bar:
         task = bar.add_task("training", total=config.training_steps) if bar is not None else None
         for x, y in data:
@@ -417,7 +417,7 @@ def train(config: Config, show_progress: bool = True) -> dict[str, Any]:
     return {"curves": curves, "memory": memory}
 
 
-def _progress(show: bool, total: int) -> Any:
+def _progress(show: bool) -> Any:
     if not show:
         return nullcontext()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

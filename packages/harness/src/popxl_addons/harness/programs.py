@@ -71,7 +71,7 @@ def _row_offset(variant: Variant) -> Any:
 
 
 def _create(
-    variant: Variant, ir: popxl.Ir
+    variant: Variant,
 ) -> tuple[NamedVariableFactories, GraphWithNamedArgs, popxl.HostToDeviceStream]:
     x = popxl.h2d_stream(variant.case.input_shape, popxl.float32, "x")
     args, graph = variant.case.module(variant.layout).create_graph(x.spec)
@@ -95,7 +95,7 @@ def normal_program(variant: Variant) -> Program:
     """The module called once per micro-batch, unrolled, with no transform."""
     ir = _ir(variant)
     with ir.main_graph, popxl.in_sequence(True):
-        args, graph, x = _create(variant, ir)
+        args, graph, x = _create(variant)
         program = Program(ir, inputs={"x": x})
         program.weights = args.init()
         bound = graph.bind(program.weights)
@@ -149,11 +149,11 @@ def serialised_program(variant: Variant) -> Program:
     """The module serialised with the variant's io_mode, steps, rows, stores and loads."""
     ir = _ir(variant)
     with ir.main_graph, popxl.in_sequence(True):
-        args, graph, x = _create(variant, ir)
+        args, graph, x = _create(variant)
         program = Program(ir, inputs={"x": x}, compute=graph.graph)
         program.weights = args.init()
         if variant.case.grad:
-            _serialise_fwd_and_grad(variant, ir, program, args, graph, x)
+            _serialise_fwd_and_grad(variant, ir, program, graph, x)
         elif variant.case.chain > 1:
             _serialise_chain(variant, program, graph, x)
         else:
@@ -212,7 +212,6 @@ def _serialise_fwd_and_grad(
     variant: Variant,
     ir: popxl.Ir,
     program: Program,
-    args: NamedVariableFactories,
     graph: GraphWithNamedArgs,
     x: popxl.HostToDeviceStream,
 ) -> None:
