@@ -49,7 +49,7 @@ def tests(session: nox.Session, package: str) -> None:
         return
     _install(session, package)
     session.install(*TEST_DEPS)
-    if package == "core":  # the Adam tests check against torch.optim.AdamW: the local CPU wheel, no CUDA
+    if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
         session.install("torch==2.13.0", "--find-links", "/opt/wheels")
     session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
     # The harness checks both placements in every variant already.

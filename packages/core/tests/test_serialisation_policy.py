@@ -28,7 +28,9 @@ POLICIES: dict[str, dict[str, str]] = {
 }
 
 
-def _run(policy: dict[str, str], io_mode: str, steps: int, rows: int, seed: int) -> None:
+def _run(
+    policy: dict[str, str], io_mode: str, steps: int, rows: int, seed: int, activation_memory: str | None = None
+) -> None:
     rng = np.random.default_rng(seed)
     params = {
         "fc1.weight": rng.normal(size=(4, 6)).astype(np.float32),
@@ -61,7 +63,9 @@ def _run(policy: dict[str, str], io_mode: str, steps: int, rows: int, seed: int)
             rows=rows,
             io_mode=io_mode,
             policy=policy,
+            activation_memory=activation_memory,
         )
+        assert all(handle.buffer.memory == activation_memory for handle in fwd.stored_buffers.values())
         kept_names = {k for k, c in policy.items() if c == "keep"}
         assert sorted(fwd.kept.to_dict()) == sorted(f"kept.{k.replace('/', '_')}" for k in kept_names)
         stored = {t.name for t in fwd.stored_buffers}
@@ -108,6 +112,11 @@ def test_kept_stacks_hold_every_row() -> None:
     _run(POLICIES["mixed"] | {"x": "keep"}, "io_overlapped", steps=2, rows=2, seed=5)
 
 
+@pytest.mark.parametrize("memory", ["host", "device"])
+def test_activation_buffers_placed_as_asked_give_the_same_numbers(memory: str) -> None:
+    _run(POLICIES["mixed"], "io_overlapped", steps=2, rows=1, seed=11, activation_memory=memory)
+
+
 def test_policy_validation() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
@@ -137,3 +146,7 @@ def test_policy_validation() -> None:
             serialise({"gelu_out": "disk"})
         with pytest.raises(ValueError, match=r"'x' is an input of the forward graph"):
             serialise({"x": "recompute"})
+        with pytest.raises(ValueError, match=r"activation_memory must be None, 'host' or 'device', got 'disk'"):
+            batch_serialise_fwd_and_grad(
+                graph, dgraph, graph.args, 2, {graph.graph.inputs[0]: h}, {}, {}, activation_memory="disk"
+            )

@@ -202,3 +202,48 @@ def test_each_host_load_moves_one_transfer_from_host_memory() -> None:
     with popxl.Session(ir, "cpu", remote_memory="host") as session:
         np.testing.assert_array_equal(session.run({h: data})[d], data * 3)
         assert _host_primitives(session.traced({h: data}).jaxpr.jaxpr) <= ALLOWED_ON_HOST
+
+
+@pytest.mark.parametrize("session_memory", ["host", "device"])
+@pytest.mark.parametrize("replicas,mode", [(1, "auto"), (2, "simulate")])
+def test_a_buffer_placed_on_its_own_lives_there_whatever_the_session_says(
+    session_memory: str, replicas: int, mode: str
+) -> None:
+    """One buffer in host memory and one on the device, in both Session placements: each where it says."""
+    entries, width = 8, 128
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph, popxl.in_sequence(True):
+        h = popxl.h2d_stream((width,), popxl.float32, "x")
+        d = popxl.d2h_stream((width,), popxl.float32, "y")
+        on_host = popxl.remote_buffer((width,), popxl.float32, entries, memory="host")
+        on_device = popxl.remote_buffer((width,), popxl.float32, entries, memory="device")
+        follows = popxl.remote_buffer((width,), popxl.float32, entries)
+        x = ops.host_load(h)
+        ops.remote_store(on_host, 3, x * 2)
+        ops.remote_store(on_device, 5, ops.remote_load(on_host, 3) + 1)
+        ops.remote_store(follows, 7, ops.remote_load(on_device, 5) * 3)
+        ops.host_store(d, ops.remote_load(follows, 7))
+    x = np.arange(replicas * width, dtype=np.float32).reshape(replicas, width)
+    feeds = {h: x if replicas > 1 else x[0]}
+    default_kind = jax.devices("cpu")[0].default_memory().kind
+    with popxl.Session(ir, "cpu", replica_mode=mode, remote_memory=session_memory) as session:
+        out = session.run(feeds)[d]
+        kinds = {key: b.sharding.memory_kind for key, b in session._state["buffers"].items()}
+        figures = session.memory_analysis(feeds)
+    np.testing.assert_array_equal(out, (x * 2 + 1) * 3 if replicas > 1 else (x[0] * 2 + 1) * 3)
+    key = {b: f"buffer{b.remote_buffer_id}" for b in (on_host, on_device, follows)}
+    assert kinds[key[on_host]] == "pinned_host" and kinds[key[on_device]] == default_kind
+    assert kinds[key[follows]] == ("pinned_host" if session_memory == "host" else default_kind)
+    storage = replicas * entries * width * 4
+    stream_data = replicas * width * 4 if session_memory == "host" else 0
+    assert figures["host_bytes"] == storage * (2 if session_memory == "host" else 1) + stream_data
+
+
+def test_a_buffer_placement_is_checked() -> None:
+    with popxl.Ir().main_graph:
+        with pytest.raises(ValueError, match=r"memory must be None, 'host' or 'device', got 'hbm'"):
+            popxl.remote_buffer((2,), popxl.float32, 1, memory="hbm")
+        buf = popxl.remote_buffer((2,), popxl.float32, 1)
+        assert buf.memory is None
+        buf.memory = "host"
+        assert buf.memory == "host"

@@ -12,15 +12,30 @@ from popxl.replica_grouping import ReplicaGrouping
 if TYPE_CHECKING:
     from popxl.ir import Ir
 
+# Where a remote buffer's storage may live: pinned host memory, or the device's own memory.
+MEMORY_KINDS = ("host", "device")
+
 
 class RemoteBuffer:
     """Storage for `entries` tensors of one shape and dtype on every replica.
 
     `entries` may grow after ops using the buffer exist; storage is sized by its
-    final value when a Session is created.
+    final value when a Session is created. `memory` places this buffer's storage
+    ("host" or "device"), whatever the Session's `remote_memory`; None (the
+    default) follows the Session. popxl has no such choice (an IPU's remote
+    buffers are always in host memory); it lets a program keep some buffers on
+    the device and others off it.
     """
 
-    def __init__(self, tensor_shape: Any, tensor_dtype: Any, entries: int = 1, ir: Ir | None = None) -> None:
+    def __init__(
+        self,
+        tensor_shape: Any,
+        tensor_dtype: Any,
+        entries: int = 1,
+        ir: Ir | None = None,
+        *,
+        memory: str | None = None,
+    ) -> None:
         self._ir = ir if ir is not None else context.gir()
         self.tensor_shape = tuple(int(s) for s in tensor_shape)
         self.tensor_dtype = dtypes.as_dtype(tensor_dtype)
@@ -32,6 +47,19 @@ class RemoteBuffer:
         self.remote_buffer_id = self._ir.next_buffer_id()
         self._entries = 1
         self.entries = entries
+        self._memory: str | None = None
+        self.memory = memory
+
+    @property
+    def memory(self) -> str | None:
+        """Where the buffer's storage lives: "host", "device", or None for the Session's `remote_memory`."""
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: str | None) -> None:
+        if value not in (None, *MEMORY_KINDS):
+            raise ValueError(f"A remote buffer's memory must be None, 'host' or 'device', got {value!r}")
+        self._memory = value
 
     @property
     def entries(self) -> int:
@@ -75,9 +103,9 @@ class RemoteBuffer:
         )
 
 
-def remote_buffer(tensor_shape: Any, tensor_dtype: Any, entries: int = 1) -> RemoteBuffer:
-    """A remote buffer of the current Ir."""
-    return RemoteBuffer(tensor_shape, tensor_dtype, entries)
+def remote_buffer(tensor_shape: Any, tensor_dtype: Any, entries: int = 1, *, memory: str | None = None) -> RemoteBuffer:
+    """A remote buffer of the current Ir (`memory`: see `RemoteBuffer`)."""
+    return RemoteBuffer(tensor_shape, tensor_dtype, entries, memory=memory)
 
 
 def replica_sharded_buffer(

@@ -13,6 +13,7 @@ from popxl.lowering.aliasing import Aliasing
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, World
 from popxl.op import CHECK_RESULT, Resource, graph_writes
+from popxl.remote_buffer import RemoteBuffer
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, Tensor
 
@@ -44,7 +45,8 @@ class CheckSites:
 class LoweringContext:
     """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks.
 
-    `remote_memory` says where remote buffers' storage lives: "host" or "device";
+    `remote_memory` says where remote buffers' storage lives unless a buffer says
+    otherwise (`RemoteBuffer.memory`), and where host stream data waits: "host" or "device";
     `options` are the Ir's session options (popxl's names), for lowerings they tune;
     `host_effects` is False while a program is traced only for its checks, so that
     lowerings with effects on the host (printing) leave them out.
@@ -67,6 +69,10 @@ class LoweringContext:
         self.remote_memory = remote_memory
         self.options = options
         self.host_effects = host_effects
+
+    def in_host(self, buffer: RemoteBuffer) -> bool:
+        """Whether `buffer`'s storage lives in host memory."""
+        return (buffer.memory or self.remote_memory) == "host"
 
     def option(self, name: str, default: Any) -> Any:
         """Session option `name`, or `default` where it is not set."""

@@ -21,12 +21,11 @@ from popxl.lowering.aliasing import Aliasing
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.memory import memory_figures
 from popxl.lowering.placement import ReplicaPlacement
-from popxl.lowering.remote_memory import MEMORY_KINDS
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.state import State, StateLayout, buffer_key, merged
 from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, Op, Resource, graph_writes, reachable_graphs
-from popxl.remote_buffer import RemoteBuffer
+from popxl.remote_buffer import MEMORY_KINDS, RemoteBuffer
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Tensor, Variable
 
@@ -112,10 +111,15 @@ class Program:
         self.placement = ReplicaPlacement(self.mesh, self.replica_devices, self.device)
 
     def _remote_memory(self, asked: str | None) -> str:
-        """Where remote buffers live: as asked, else pinned host memory wherever the device has it."""
+        """Where remote buffers live unless they say: as asked, else pinned host memory wherever the device has it."""
         has_host = any(m.kind == HOST_MEMORY for m in self.device.addressable_memories())
         if asked == "host" and not has_host:
             raise ValueError(f"remote_memory='host' needs a '{HOST_MEMORY}' memory, which {self.device} lacks")
+        placed = [b for b in self.state.buffers if b.memory == "host"]
+        if placed and not has_host:
+            raise ValueError(
+                f"{placed[0]} has memory='host', which needs a '{HOST_MEMORY}' memory: {self.device} lacks one"
+            )
         return asked or ("host" if has_host else "device")
 
     def _build_step(self, checks: bool, donate: bool) -> None:
@@ -137,9 +141,13 @@ class Program:
         return self.state.variables
 
     @property
-    def buffer_memory_kind(self) -> str | None:
-        """JAX's memory kind for remote buffers and host stream data (None: the devices' default memory)."""
+    def stream_memory_kind(self) -> str | None:
+        """JAX's memory kind for a run's host stream data (None: the devices' default memory)."""
         return HOST_MEMORY if self.remote_memory == "host" else None
+
+    def buffer_memory_kind(self, buffer: RemoteBuffer) -> str | None:
+        """JAX's memory kind for `buffer`'s storage: its own placement, else the Session's."""
+        return HOST_MEMORY if (buffer.memory or self.remote_memory) == "host" else None
 
     @property
     def mode(self) -> str:
@@ -255,7 +263,7 @@ class Program:
 
     def _put_inputs(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, jax.Array]:
         # A run's host stream data stays on the host with the remote buffers; each host_load moves one transfer.
-        return {k: self.placement.put_local(v, self.buffer_memory_kind) for k, v in inputs.items()}
+        return {k: self.placement.put_local(v, self.stream_memory_kind) for k, v in inputs.items()}
 
     def traced(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
         """The step traced for these arguments (`jax.stages.Traced`: its jaxpr, and `.lower()`)."""

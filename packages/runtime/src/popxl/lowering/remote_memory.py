@@ -22,8 +22,6 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
-MEMORY_KINDS = ("host", "device")
-
 
 class ReplicaDependentOffsetError(NotImplementedError):
     """A host-resident remote buffer indexed at an offset that differs between simulated replicas."""
@@ -67,7 +65,8 @@ def _entry_slice(lead: int, host: bool) -> Any:
             if host:
                 raise ReplicaDependentOffsetError(
                     "Simulated replicas read a host-resident remote buffer at offsets that differ between "
-                    "replicas: use Session(..., remote_memory='device') or one device per replica"
+                    "replicas: place it in device memory (Session(..., remote_memory='device'), or the buffer's "
+                    "memory='device') or use one device per replica"
                 )
             # Replicas at different entries of a device-resident buffer: a gather (JAX's own batching).
             plain = jax.vmap(_slice(lead, host), in_axes=(0 if storage_batched else None, 0))
@@ -91,7 +90,8 @@ def _entry_update(lead: int, host: bool) -> Any:
             if host:
                 raise ReplicaDependentOffsetError(
                     "Simulated replicas write a host-resident remote buffer at offsets that differ between "
-                    "replicas: use Session(..., remote_memory='device') or one device per replica"
+                    "replicas: place it in device memory (Session(..., remote_memory='device'), or the buffer's "
+                    "memory='device') or use one device per replica"
                 )
             axes = (0 if storage_batched else None, 0 if index_batched else None, 0 if value_batched else None)
             # Replicas at different entries of a device-resident buffer: a scatter (JAX's own batching).

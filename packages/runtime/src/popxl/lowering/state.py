@@ -17,7 +17,7 @@ The program and the Session ask the layer; nothing else tells variable kinds apa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -31,6 +31,8 @@ from popxl.tensor import LoadedVariable, RemoteVariable, Tensor, Variable
 State = dict[str, dict[str, jax.Array]]
 PARTS = ("vars", "buffers")
 Array = np.ndarray[Any, Any]
+# JAX's memory kind for a remote buffer's storage (None: the devices' default memory).
+MemoryKindOf = Callable[[RemoteBuffer], str | None]
 
 
 def buffer_key(buffer: RemoteBuffer) -> str:
@@ -49,7 +51,7 @@ class _Slot:
         """Place the host value in the initial host-side state: `rows` by tensor id, `buffers` by key."""
         rows[self.var.id] = host_rows.replica_values(self.var, host, self.replicas)
 
-    def write(self, state: State, host: Array, placement: ReplicaPlacement, buffer_memory: str | None) -> None:
+    def write(self, state: State, host: Array, placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> None:
         """Replace the variable's value in the device `state` (updated in place) by `host`."""
         state["vars"][self.var.id] = placement.put_all(host_rows.replica_values(self.var, host, self.replicas))
 
@@ -72,11 +74,11 @@ class _RemoteSlot(_Slot):
         if self.loaded is not None:
             rows[self.loaded.id] = stored
 
-    def write(self, state: State, host: Array, placement: ReplicaPlacement, buffer_memory: str | None) -> None:
+    def write(self, state: State, host: Array, placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> None:
         key = buffer_key(self.remote.buffer)
         entries = placement.fetch_all(state["buffers"][key]).copy()
         entries[:, self.remote.offset] = host_rows.stored_rows(self.remote, host, self.replicas)
-        state["buffers"][key] = placement.put_all(entries, buffer_memory)
+        state["buffers"][key] = placement.put_all(entries, memory_kind(self.remote.buffer))
         if self.loaded is not None:
             state["vars"][self.loaded.id] = placement.put_all(entries[:, self.remote.offset])
 
@@ -127,7 +129,7 @@ class StateLayout:
             raise ValueError(f"{var.id} is not a variable of this session's Ir")
         return var
 
-    def initial(self, host: Mapping[Variable, Array], placement: ReplicaPlacement, buffer_memory: str | None) -> State:
+    def initial(self, host: Mapping[Variable, Array], placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> State:
         """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries)."""
         r = self.replicas
         buffers = {
@@ -138,16 +140,16 @@ class StateLayout:
             slot.initialise(host[v], rows, buffers)
         return {
             "vars": {v.id: placement.put_all(rows[v.id]) for v in self.carried},
-            "buffers": {k: placement.put_all(b, buffer_memory) for k, b in buffers.items()},
+            "buffers": {buffer_key(b): placement.put_all(buffers[buffer_key(b)], memory_kind(b)) for b in self.buffers},
         }
 
     def with_variables(
-        self, state: State, host: Mapping[Variable, Array], placement: ReplicaPlacement, buffer_memory: str | None
+        self, state: State, host: Mapping[Variable, Array], placement: ReplicaPlacement, memory_kind: MemoryKindOf
     ) -> State:
         """`state` with the given variables replaced from host values."""
         new: State = {part: dict(state[part]) for part in PARTS}
         for v, data in host.items():
-            self._slots[v].write(new, data, placement, buffer_memory)
+            self._slots[v].write(new, data, placement, memory_kind)
         return new
 
     def replica_rows(self, state: State, var: Variable, placement: ReplicaPlacement) -> Array:

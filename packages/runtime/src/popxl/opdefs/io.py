@@ -128,7 +128,7 @@ def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tensor
 
 def _lower_remote_load(ctx: LoweringContext, attrs: Attrs, offset: jax.Array) -> list[jax.Array]:
     store, index = _checked_offset(ctx, attrs["buffer"], offset, "remote_load from")
-    return [load_entry(store, index, ctx.remote_memory == "host")]
+    return [load_entry(store, index, ctx.in_host(attrs["buffer"]))]
 
 
 REMOTE_LOAD = register(
@@ -176,7 +176,7 @@ def _remote_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tenso
 def _lower_remote_store(ctx: LoweringContext, attrs: Attrs, offset: jax.Array, t: jax.Array) -> list[jax.Array]:
     buffer = attrs["buffer"]
     store, index = _checked_offset(ctx, buffer, offset, "remote_store to")
-    ctx.world.write_buffer(buffer, store_entry(store, index, t, ctx.remote_memory == "host"))
+    ctx.world.write_buffer(buffer, store_entry(store, index, t, ctx.in_host(buffer)))
     return []
 
 

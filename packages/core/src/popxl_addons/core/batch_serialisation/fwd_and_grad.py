@@ -57,6 +57,7 @@ def batch_serialise_fwd_and_grad(
     rows: int = 1,
     io_mode: str = "io",
     policy: Policy | None = None,
+    activation_memory: str | None = None,
 ) -> tuple[BatchSerialResult, BatchSerialResult]:
     """Serialised forward and gradient graphs that pass activations between them as `policy` says.
 
@@ -68,10 +69,15 @@ def batch_serialise_fwd_and_grad(
     ("host" unless the policy keeps them); handles keyed by the gradient
     graph's tensors are re-keyed to the wrapper's. `store_buffers` may map an
     activation to a ReplicaGrouping to store it sharded over that group.
+    `activation_memory` places the buffers made here for "host" activations
+    ("host" or "device", as `RemoteBuffer.memory`); None follows the Session's
+    `remote_memory`.
     `named_inputs_for_grad_graph` names the forward tensors (usually the
     variables) the gradient graph receives directly. The gradient graph's args
     are reassigned: activation names first, then its own.
     """
+    if activation_memory not in (None, "host", "device"):
+        raise ValueError(f"activation_memory must be None, 'host' or 'device', got {activation_memory!r}")
     named_tensors = set(named_inputs_for_grad_graph.tensors)
     forward_inputs = {t.name: t for t in forward_graph.graph.inputs if t not in named_tensors}
     names = serialisable_activations(gradient_graph.grad_graph_info, named_inputs_for_grad_graph)
@@ -107,7 +113,9 @@ def batch_serialise_fwd_and_grad(
             buffers[t] = handle
             continue
         group = shard_groups.get(t)
-        buffers[t] = RemoteHandle(batch_serial_buffer(t, steps, rows, group), 0, group)
+        buffer = batch_serial_buffer(t, steps, rows, group)
+        buffer.memory = activation_memory
+        buffers[t] = RemoteHandle(buffer, 0, group)
 
     fwd_result = batch_serialise(
         forward_graph, steps, load_handles, store_streams, buffers, seed_input, rows, io_mode, keep=kept

@@ -1,7 +1,8 @@
 """Where each activation the gradient graph needs lives between the forward and gradient loops.
 
 "host": stored each step to a remote buffer (host memory, or device memory
-with `Session(remote_memory="device")`) and loaded back; "keep": held on the
+with `Session(remote_memory="device")` unless the transform's
+`activation_memory` places it) and loaded back; "keep": held on the
 device in a stack of one entry per step, written by the forward loop and read
 by the gradient loop; "recompute": not stored at all, the gradient graph runs
 the forward graph again on the forward inputs (which are then stored).

@@ -28,11 +28,11 @@ def host_bandwidth(device: str = "cpu", nbytes: int = 1 << 22, entries: int = 8)
     """Bytes per second a remote store and load move inside a program on `device` (measured once).
 
     Measured as the serialised programs move them: a loop storing then
-    loading each entry of a remote buffer in the Session's default memory.
+    loading each entry of a remote buffer in host memory.
     """
     ir = popxl.Ir()
     with ir.main_graph:
-        buffer = popxl.remote_buffer((nbytes // 4,), popxl.float32, entries)
+        buffer = popxl.remote_buffer((nbytes // 4,), popxl.float32, entries, memory="host")
         value = popxl.variable(np.ones(nbytes // 4, np.float32), name="value")
 
         def body(i: popxl.Tensor, v: popxl.Tensor) -> tuple[popxl.Tensor, popxl.Tensor]:
@@ -132,7 +132,8 @@ class SerialisationPlan:
         seed_input: popxl.Tensor | None = None,
         rows: int = 1,
     ) -> tuple[BatchSerialResult, BatchSerialResult]:
-        """`batch_serialise_fwd_and_grad` with this plan's steps, io_mode and policy."""
+        """`batch_serialise_fwd_and_grad` with this plan's steps, io_mode and policy, its "host" activations
+        in host memory whatever the Session's `remote_memory` (the plan's figures count them there)."""
         return batch_serialise_fwd_and_grad(
             forward_graph,
             gradient_graph,
@@ -145,6 +146,7 @@ class SerialisationPlan:
             rows,
             self.io_mode,
             self.policy,
+            activation_memory="host",
         )
 
 

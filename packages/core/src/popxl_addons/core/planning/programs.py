@@ -135,7 +135,16 @@ def serialised_program(
         ]
         load_handles: dict[popxl.Tensor, Any] = {graph.graph.inputs[0]: x, **dict(zip(grad_inputs, grads))}
         fwd, grad = batch_serialise_fwd_and_grad(
-            graph, dgraph, graph.args, steps, load_handles, {}, {}, io_mode=io_mode, policy=dict(policy)
+            graph,
+            dgraph,
+            graph.args,
+            steps,
+            load_handles,
+            {},
+            {},
+            io_mode=io_mode,
+            policy=dict(policy),
+            activation_memory="host",
         )
         weights = args.init()
         weights.update(fwd.kept.init())
@@ -151,8 +160,11 @@ def serialised_program(
 
 def measure(program: StepProgram, device: str, timed: bool = False) -> dict[str, float]:
     """The compiled program's memory figures (`Session.memory_analysis`), XLA's flops and bytes accessed
-    of its lowering and, when `timed`, the seconds of one run (the best of three, compiled beforehand)."""
-    session = popxl.Session(program.ir, device)
+    of its lowering and, when `timed`, the seconds of one run (the best of three, compiled beforehand).
+
+    Measured in a Session with remote memory on the host, whatever its default: the planner plans for
+    host streams and host buffers."""
+    session = popxl.Session(program.ir, device, remote_memory="host")
     with session:
         figures: dict[str, float] = dict(session.memory_analysis(program.feeds))
         cost = session.traced(program.feeds).lower().cost_analysis()
