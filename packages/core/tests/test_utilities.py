@@ -154,23 +154,24 @@ def test_flops_per_op_from_shapes() -> None:
     with ir.main_graph:
         x = popxl.constant(np.ones(4, np.float32))
         m = popxl.constant(np.ones((4, 8), np.float32))
-        _ = x @ m  # 0
-        _ = x.T @ x  # 1 is the transpose, 2 the dot product
+        _ = x @ m  # op 100, as popart numbers ops
+        _ = x.T @ x  # 101 is the transpose, 102 the dot product
         a = popxl.constant(np.ones((3, 5, 10, 9), np.float32))
         c = popxl.constant(np.ones((3, 5, 9, 3), np.float32))
-        _ = a @ c  # 3
-        y = a - a  # 4
-        _ = y * a / a  # 5, 6
+        _ = a @ c  # 103
+        y = a - a  # 104
+        _ = y * a / a  # 105, 106
         t = popxl.constant(np.ones((6, 4), np.float32))
         s = popxl.constant(np.ones(4, np.float32))
-        ops.group_norm(t, s, s, num_groups=2)  # 7
+        ops.group_norm(t, s, s, num_groups=2)  # 107
         ops.add_(t, t)  # in place: not counted
     breakdown = evaluate_FLOPs(ir.main_graph)
-    assert breakdown["MatMul"] == {0: 2 * 4 * 8, 2: 2 * 4, 3: 2 * 9 * 3 * 5 * 10 * 3}
-    assert breakdown["Sub"] == {4: 3 * 5 * 10 * 9} and breakdown["Mul"] == {5: 1350} and breakdown["Div"] == {6: 1350}
+    assert breakdown["MatMul"] == {100: 2 * 4 * 8, 102: 2 * 4, 103: 2 * 9 * 3 * 5 * 10 * 3}
+    assert breakdown["Sub"] == {104: 3 * 5 * 10 * 9}
+    assert breakdown["Mul"] == {105: 1350} and breakdown["Div"] == {106: 1350}
     # popxl-addons' estimate for 12 statistics of 2 groups over a (6, 4) input of 24 elements.
     averaged = 6 * 4 // 2
-    assert breakdown["GroupNormalization"] == {7: averaged + 2 * averaged + 2 * 12 + 4 * 24}
+    assert breakdown["GroupNormalization"] == {107: averaged + 2 * averaged + 2 * 12 + 4 * 24}
     assert "Add" not in breakdown
     assert breakdown["TOT"] == sum(sum(v.values()) for k, v in breakdown.items() if k != "TOT")
 
@@ -179,16 +180,16 @@ def test_flops_of_called_and_repeated_graphs() -> None:
     ir = popxl.Ir()
     ir.replication_factor = 2
     spec = popxl.TensorSpec((2, 3), popxl.float32)
-    sub = ir.create_graph(lambda x: x + x, spec)
+    sub = ir.create_graph(lambda x: x + x, spec)  # the add is op 100
     with ir.main_graph:
         v = popxl.variable(np.ones((2, 3), np.float32))
-        ops.call(sub, v)  # 0
-        ops.repeat(sub, 4, v)  # 1
+        ops.call(sub, v)  # 101
+        ops.repeat(sub, 4, v)  # 102
     breakdown = evaluate_FLOPs(ir.main_graph)
     name = sub.id.split("_subgraph")[0]
-    assert breakdown["Add"] == {f"Call_0({name})": {0: 6}, f"Loop_1({name})": {0: 24}}
+    assert breakdown["Add"] == {f"Call_101({name})": {100: 6}, f"Loop_102({name})": {100: 24}}
     assert breakdown["TOT"] == 30
-    assert evaluate_ir_FLOPs(ir)["Add"][f"Loop_1({name})"] == {0: 48}
+    assert evaluate_ir_FLOPs(ir)["Add"][f"Loop_102({name})"] == {100: 48}
     assert total_FLOPs(ir) == 60
 
 

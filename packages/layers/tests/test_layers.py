@@ -87,6 +87,35 @@ def test_layer_norm_forward_and_gradients() -> None:
     np.testing.assert_allclose(grads["bias"], gb, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("normalized_shape", [(12,), (3, 4)])
+def test_layer_norm_torch_mapping_takes_torchs_weights(normalized_shape: tuple[int, ...]) -> None:
+    """A torch.nn.LayerNorm over one or several trailing axes, mapped onto the layer (its input flattened to
+    N x C as popxl-addons asks): the same output as torch's."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.LayerNorm(normalized_shape)
+    with torch.no_grad():
+        layer.weight.normal_()
+        layer.bias.normal_()
+    x = torch.randn(5, *normalized_shape)
+    expected = layer(x).detach().numpy().reshape(5, -1)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h = popxl.h2d_stream((5, 12), popxl.float32, "x")
+        args, graph = LayerNorm().create_graph(h.spec)
+        variables = args.init()
+        (y,) = graph.bind(variables).call(ops.host_load(h))
+        out = popxl.d2h_stream(y.shape, y.dtype, "y")
+        ops.host_store(out, y)
+    mapping = LayerNorm.torch_mapping(variables, layer)
+    assert set(mapping) == {variables.weight, variables.bias}
+    with popxl.Session(ir, "cpu") as session:
+        session.write_variables_data(mapping)
+        got = session.run({h: x.numpy().reshape(5, 12)})[out]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_layer_norm_needs_two_dimensions() -> None:
     ir = popxl.Ir()
     with ir.main_graph, pytest.raises(ValueError, match="N x C"):

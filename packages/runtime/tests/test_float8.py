@@ -8,7 +8,7 @@ import pytest
 
 import popxl
 from popxl import ops
-from popxl.fp8_utils import host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
+from popxl.fp8_utils import host_fp8_mse_scale, host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
 
 X = np.array([0.5, -1.25, 3.0, 100.0, 1e-3, 500.0], np.float32)
 
@@ -71,3 +71,36 @@ def test_log2_scale_out_of_range(throw: bool) -> None:
                 s.run({scale_in: np.int32(100)})
         else:
             np.testing.assert_array_equal(s.run({scale_in: np.int32(100)})[out], [2.0**31, 2.0**32])
+
+
+@pytest.mark.parametrize(("dtype", "target_mantissa", "middle"), [(popxl.float8_143, 3, -2), (popxl.float8_152, 2, -1)])
+@pytest.mark.parametrize(("source", "source_mantissa"), [(np.float16, 10), (np.float32, 23)])
+@pytest.mark.parametrize("k", [-9, 0, 5])
+def test_host_mse_scale_of_one_binade_is_the_middle_of_the_tied_scales(
+    dtype: popxl.dtype, target_mantissa: int, middle: int, source: type, source_mantissa: int, k: int
+) -> None:
+    """Magnitudes in one binade [2**k, 2**(k+1)) fit every scale that puts the binade in the format's
+    exponent range equally well (error: the binade's lower edge squared times the quantisation error), and
+    popxl takes the middle of those: 2**(k + s) lands at the middle exponent (-2 of -10..7 for 1.4.3, -1 of
+    -17..15 for 1.5.2)."""
+    values = np.random.default_rng(k + 20).uniform(2.0**k, 2.0 ** (k + 1), 64) * np.where(np.arange(64) % 2, 1, -1)
+    error, scale = host_fp8_mse_scale(values.astype(source), dtype)
+    assert scale == middle - k
+    quantisation = 2.0 ** (-2 * (source_mantissa - target_mantissa))
+    assert error == pytest.approx(4.0**k * quantisation, rel=1e-12)
+
+
+def test_host_mse_scale_weighs_overflow_and_underflow() -> None:
+    """Half the values at 2**0 and half at 2**30: no scale holds both in 1.4.3's 18 binades, and the error
+    of losing the small half (edge 1) is far below that of overflowing the large one, so the large half sits
+    inside the range."""
+    values = np.array([1.0] * 8 + [2.0**30] * 8, np.float32)
+    error, scale = host_fp8_mse_scale(values, popxl.float8_143)
+    assert 2.0 ** (30 + scale) <= 2.0**7 and 2.0 ** (0 + scale) < 2.0**-10
+    # The small half's squared edge (1) and the large half's quantisation error, each weighed by its share.
+    assert error == pytest.approx(0.5 * 1.0 + 0.5 * 4.0**30 * 2.0 ** (-2 * (23 - 3)), rel=1e-12)
+
+
+def test_host_mse_scale_refuses_other_source_types() -> None:
+    with pytest.raises(RuntimeError, match="dtype int32 not currently supported"):
+        host_fp8_mse_scale(np.zeros(4, np.int32), popxl.float8_143)

@@ -122,6 +122,7 @@ class Graph:
             outputs.append(Tensor(self, scope + (given or opdef.out_name(i)), spec))
         op = Op(opdef, self, tuple(inputs), tuple(outputs), normal, context.current_placement(self))
         op.index = len(self._ops)
+        op.id = self.ir.next_op_id()
         self._ops.append(op)
         for t in op.outputs:
             t.producer = op

@@ -67,6 +67,8 @@ class Ir:
         self._graph_counter = itertools.count()
         self._dedup_counter = itertools.count()
         self._buffer_counter = itertools.count(1)
+        # popart numbers the ops of an Ir from 100 (`Ir::opsCounter`), over all its graphs.
+        self._op_counter = itertools.count(100)
         self._replication_factor = 1
         self._num_host_transfers = 1
         self._pb_ir = _PbIr(self)
@@ -137,6 +139,10 @@ class Ir:
     def next_buffer_id(self) -> int:
         """A fresh remote buffer id (popxl numbers them from 1)."""
         return next(self._buffer_counter)
+
+    def next_op_id(self) -> int:
+        """A fresh op id: popart's, for ops created in the same order."""
+        return next(self._op_counter)
 
     def lock_replication(self) -> None:
         """Refuse later changes of the replication factor: a Session was created for this Ir."""

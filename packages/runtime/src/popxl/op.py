@@ -168,7 +168,10 @@ class Op:
     outputs: tuple[Tensor, ...]
     attrs: dict[str, Any]
     placement: context.Placement
+    # The op's position in its graph.
     index: int = 0
+    # Unique in its Ir, numbered from 100 in creation order as popart numbers its ops.
+    id: int = -1
     # Set by op-to-identity rewrites, so that tools can tell a rewritten op from a written identity.
     replaced_by_identity: bool = False
 

@@ -7,9 +7,9 @@ branches) count nothing. The counts come from shapes alone (`FLOPS_FNS`, by op k
 nothing is compiled or run.
 
 Breakdowns are keyed by popart's op types (`MatMul`, `Add`, `Sub`, `Mul`, `Div`, `GroupNormalization`) as in
-popxl-addons; within a type, by the op's position in its graph (popxl-addons uses popart's Ir-wide op ids,
-which this runtime does not have). An op running a subgraph adds `<Call|Loop>_<position>(<graph name>)` under
-each type, holding that graph's breakdown for the type.
+popxl-addons; within a type, by the op's id (`Op.id`, numbered from 100 over the Ir as popart numbers its
+ops). An op running a subgraph adds `<Call|Loop>_<id>(<graph name>)` under each type, holding that graph's
+breakdown for the type.
 """
 
 from __future__ import annotations
@@ -90,14 +90,14 @@ def _graph_flops(graph: popxl.Graph, seen: dict[int, Breakdown]) -> Breakdown:
             called = _scaled(_graph_flops(sub.graph, seen), sub.trips)
             total += called["TOT"]
             op_type = _SUBGRAPH_OP_TYPES.get(op.name, op.name)
-            key = f"{op_type}_{op.index}({re.sub(r'_subgraph[(][0-9]+[)]', '', sub.graph.id)})"
+            key = f"{op_type}_{op.id}({re.sub(r'_subgraph[(][0-9]+[)]', '', sub.graph.id)})"
             for k, v in called.items():
                 breakdown.setdefault(k, {})[key] = v
         elif not subgraphs and op.name in FLOPS_FNS:
             op_type, fn = FLOPS_FNS[op.name]
             flops = fn(op)
             total += flops
-            breakdown.setdefault(op_type, {})[op.index] = flops
+            breakdown.setdefault(op_type, {})[op.id] = flops
     breakdown["TOT"] = total
     seen[id(graph)] = breakdown
     return breakdown

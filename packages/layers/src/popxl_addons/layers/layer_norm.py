@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 
 import popxl
 from popxl import ops
-from popxl_addons.core import Module
+from popxl.utils import to_numpy
+from popxl_addons.core import Module, NamedTensors, WeightsDict
 
 
 class LayerNorm(Module):
@@ -22,3 +24,15 @@ class LayerNorm(Module):
         w = self.add_variable_input("weight", partial(np.ones, (c,)), x.dtype)
         b = self.add_variable_input("bias", partial(np.zeros, (c,)), x.dtype)
         return ops.layer_norm(x, w, b, eps)
+
+    @staticmethod
+    def torch_mapping(variables: NamedTensors, nn_layer: Any, dtype: popxl.dtype = popxl.float32) -> WeightsDict:
+        """Variable data taken from a torch.nn.LayerNorm's weight and bias; a layer normalising over several
+        trailing axes maps onto them flattened into one, as this layer's input is."""
+        weight, bias = nn_layer.weight.data, nn_layer.bias.data
+        return WeightsDict(
+            {
+                variables.weight: to_numpy(weight.reshape(variables.weight.shape), dtype),
+                variables.bias: to_numpy(bias.reshape(variables.bias.shape), dtype),
+            }
+        )
