@@ -103,7 +103,7 @@ def test_added_graph_output_reaches_each_call_through_a_rewrite() -> None:
     np.testing.assert_allclose(result, [2.0, 4.0])
 
 
-def test_a_loop_takes_no_added_output_and_a_call_no_input_it_cannot_feed() -> None:
+def test_a_loop_takes_only_an_added_output_it_can_carry_and_a_call_no_input_it_cannot_feed() -> None:
     ir = popxl.Ir()
     body = ir.create_empty_graph("body")
     with body:
@@ -111,13 +111,35 @@ def test_a_loop_takes_no_added_output_and_a_call_no_input_it_cannot_feed() -> No
         popxl.graph_output(t + 1)
     with ir.main_graph:
         x = popxl.variable(np.zeros(2, np.float32))
-        ops.repeat(body, 3, x)
+        (looped,) = ops.repeat(body, 3, x)
         with body:
             extra = t * 2
-        with pytest.raises(ValueError, match="outputs do not follow"):
-            body.add_output(extra)
+        with pytest.raises(ValueError, match="repeat carries output i into input i"):
+            body.add_output(extra)  # a second output, with no second input to carry it into
+        assert len(body.outputs) == 1 and len(looped.producer.outputs) == 1  # type: ignore[union-attr]
         with pytest.raises(ValueError, match="cannot feed a new input"):
             body.add_input_from_callers("u", TensorSpec((3,), popxl.float32), lambda site: x)
+
+
+def test_a_loop_takes_an_added_output_carried_into_its_input() -> None:
+    """As popxl-addons routes a tensor into a loop body and then makes the body's result an output: the loop
+    op gains the output, the value carried from one iteration into the next."""
+    ir = popxl.Ir()
+    body = ir.create_empty_graph("body")
+    with ir.main_graph:
+        x = popxl.variable(np.array([1.0, -2.0], np.float32))
+        loop = ops.repeat_with_info(body, 5)
+        with body:
+            routed = body.add_input_from_callers("x", x.spec, lambda site: x)
+            wide = ops.cast(routed, popxl.float16)
+        with pytest.raises(ValueError, match=r"must match the input it is carried into"):
+            body.add_output(wide)
+        with body:
+            popxl.graph_output(routed * 2)
+        (carried,) = loop.op.outputs
+        out = popxl.d2h_stream((2,), popxl.float32)
+        ops.host_store(out, carried)
+    np.testing.assert_allclose(_stored(ir, out), [32.0, -64.0])
 
 
 def test_replace_with_identity_goes_through_the_checks() -> None:

@@ -223,18 +223,25 @@ class Graph:
     def add_output(self, t: Tensor) -> None:
         """Make `t` the next output of this graph, and of every op already running it.
 
-        Raises if an op runs the graph whose outputs do not follow the graph's
-        (a loop, whose outputs are carried into its inputs).
+        An op whose outputs follow the graph's (a call) gains the output. One that runs the graph otherwise
+        takes it only where its op kind infers the extra output and its checks pass: a loop, whose output
+        `i` is carried into input `i`, takes an output that matches the input it is carried into, as popxl
+        builds it; a conditional's branch refuses one. Nothing changes when an op refuses.
         """
         if t.graph is not self:
             raise ValueError(f"{t.id} is not in graph {self.id!r} and cannot be one of its outputs")
-        fixed = [site for site in self._call_sites if not all(sub.outputs_follow for sub in self._runs(site))]
-        if fixed:
-            raise ValueError(
-                f"Cannot add {t.id} to the outputs of {self.id!r}: it is run by {fixed[0]}, "
-                "whose outputs do not follow the graph's"
-            )
         self._outputs.append(t)
+        for site in self._call_sites:
+            if all(sub.outputs_follow for sub in self._runs(site)):
+                continue
+            try:
+                _, specs = site.opdef.signature([x.spec for x in site.inputs], site.attrs)
+                refusal = None if len(specs) == len(site.outputs) + 1 else "its outputs do not follow the graph's"
+            except ValueError as e:
+                refusal = str(e)
+            if refusal is not None:
+                self._outputs.pop()
+                raise ValueError(f"Cannot add {t.id} to the outputs of {self.id!r}: it is run by {site}: {refusal}")
         for site in self._call_sites:
             site.graph.rewrite_op(site, names=[t.name])
 
