@@ -611,8 +611,7 @@ def initial_weights(config: Config) -> dict[str, Array]:
 
 def _session(ir: popxl.Ir, config: Config) -> popxl.Session:
     mode = "devices" if jax.device_count() >= config.replicas else "simulate"
-    # No run-time index checks: the remote offsets are constants, and checking compiles a second program.
-    return popxl.Session(ir, "cpu", replica_mode=mode, checks=False)
+    return popxl.Session(ir, "cpu", replica_mode=mode)
 
 
 def train(config: Config) -> dict[str, Any]:
