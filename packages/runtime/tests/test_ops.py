@@ -301,6 +301,26 @@ def test_print_tensor_prints_the_value_and_its_gradient(capfd: pytest.CaptureFix
     assert "tripled: [3. 6.]" in printed and "tripled_gradient: [ 1. -1.]" in printed
 
 
+@pytest.mark.parametrize("mode", ["simulate", "devices"])
+def test_print_tensor_prints_once_per_replica_titled_with_its_index(
+    mode: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Each replica prints its own value as `<title>_replica_<i>`, a value all replicas share included."""
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        h = popxl.h2d_stream((2,), popxl.float32, "x")
+        x = ops.host_load(h)
+        ops.print_tensor(x, "own")
+        ops.print_tensor(ops.collectives.replicated_all_reduce(x), "shared")
+    data = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with popxl.Session(ir, "cpu", replica_mode=mode) as session:
+        session.run({h: data})
+    lines = capfd.readouterr().err.splitlines()
+    for r in range(4):
+        assert lines.count(f"own_replica_{r}: [{data[r, 0]:.0f}. {data[r, 1]:.0f}.]") == 1
+        assert lines.count(f"shared_replica_{r}: [12. 16.]") == 1
+
+
 def test_adam_step_from_popxl_var_updates_matches_numpy_over_runs() -> None:
     rng = np.random.default_rng(4)
     w0 = rng.normal(size=5).astype(np.float32)

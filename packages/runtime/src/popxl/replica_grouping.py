@@ -157,6 +157,10 @@ class ReplicaGrouping:
         return hash((id(self._ir), tuple(self.assignment)))
 
     def __repr__(self) -> str:
+        """As popxl writes a grouping."""
         if self.is_const:
-            return f"ReplicaGrouping(num_replicas={self._n}, stride={self._stride}, group_size={self._group_size})"
-        return f"ReplicaGrouping(num_replicas={self._n}, assignment={self.assignment})"
+            return (
+                f"ReplicaGrouping(num_replicas={self._n}, stride={self._stride}, group_size={self._group_size}, "
+                f"num_groups={self.num_groups})"
+            )
+        return f"ReplicaGrouping(assignment={self.assignment})"

@@ -210,8 +210,11 @@ class Program:
         if failure is not None:
             return state, {}, failure
         written, outputs = compiled.step(*arguments)[:2]
-        # A run returns once the device has finished it, as in popxl, outputs or not.
+        # A run returns once the device has finished it, as in popxl, outputs or not, and once what it
+        # prints (callbacks to the host, which JAX runs apart from the step) is printed.
         jax.block_until_ready(written)
+        if compiled.prints:
+            jax.effects_barrier()
         return merged(written, arguments[1]), {k: self.placement.fetch_local(v) for k, v in outputs.items()}, None
 
     def _compile(self, arguments: tuple[Any, ...]) -> _Compiled:
@@ -222,6 +225,7 @@ class Program:
         if key not in self._compiled:
             traced = self._step.trace(*arguments)
             compiled = _Compiled(traced, traced.lower().compile())
+            compiled.prints = _has_host_callbacks(traced.jaxpr.jaxpr)
             if self.sites is not None:
                 compiled.checks, compiled.check_inputs = self._check_program(traced, arguments)
                 if not any(compiled.check_inputs):
@@ -287,6 +291,7 @@ class _Compiled:
         self.checks: Any = None
         self.check_inputs: list[bool] = []
         self.static_failure: str | None = None
+        self.prints = False
 
 
 def _check_ops(ops: list[Op]) -> None:

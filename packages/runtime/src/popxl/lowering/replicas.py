@@ -74,6 +74,13 @@ class ReplicaMesh:
                 weight *= size
         return rank
 
+    def replica_index(self) -> jax.Array:
+        """The index of the current replica among all of them."""
+        index = jnp.int32(0)
+        for name, _size, cut in self._digits:
+            index = index + jax.lax.axis_index(name).astype(jnp.int32) * cut
+        return index
+
     def per_replica(self, fn: Callable[..., Any], devices: list[Any] | None) -> Callable[..., Any]:
         """`fn` of one replica's values mapped over a leading replica axis of every argument.
 
