@@ -28,6 +28,9 @@ TYPECHECK = {
     ],
 }
 TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"]
+# Sibling packages a package's tests use beyond what it depends on: the collectives' tests check popxl-addons'
+# path `popxl_addons.layers.layer_norm_distributed`, which popxl-addons-layers ships.
+TEST_SIBLINGS = {"collectives": ["layers"]}
 # The examples run on every package, and the phased example's data ships with scikit-learn.
 EXAMPLE_DEPS = ["scikit-learn>=1.3"]
 
@@ -48,7 +51,7 @@ def tests(session: nox.Session, package: str) -> None:
         session.run("pytest", "examples/tests", "-q", *session.posargs)
         return
     _install(session, package)
-    session.install(*TEST_DEPS)
+    session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])
     if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
         session.install("torch==2.13.0", "--find-links", "/opt/wheels")
     session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
