@@ -14,13 +14,17 @@ RESULTS = Path(__file__).resolve().parent.parent / "out" / "bench"
 
 
 def interleaved(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each function, measured in alternation so that noise hits all alike."""
+    """Median seconds per call of each function, measured in alternation so that noise hits all alike.
+
+    The order rotates each round: a call can run slower for following another (caches, allocator)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             start = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - start)

@@ -1,17 +1,22 @@
-"""The planner's cost model and search: device bytes and seconds of a plan, from one micro-batch's figures.
+"""The planner's cost model and search: device bytes and seconds of a plan, from measured calibration programs.
 
-Per candidate `steps`, the micro-batch program (forward then gradient, not
-serialised) is compiled and timed once: XLA's `device_bytes` for it, the
-flops of its lowering (XLA's `cost_analysis`), the seconds of one run and the
-bytes of each activation. On top:
+A calibration is the serialised program itself with every activation stored
+to host memory, compiled and run for a few micro-batches (see `plan`). Its
+device bytes and seconds per step are the base of every plan of that `steps`
+and io_mode; a plan's choices move it:
 
-- device bytes: the micro-batch program's, plus each kept activation's stack
-  (`steps` entries), plus in io_overlapped one step's host-stored activations
-  in flight (the next step is loaded while the last is stored);
-- seconds: `steps` times the step's compute (RECOMPUTE_SHARE more when
-  anything is recomputed) plus its transfers, each host activation
-  stored and loaded once at the host bandwidth measured on the machine; in
-  io_overlapped, transfers hide behind compute, so a step costs the larger.
+- "keep" adds the activation's stack (`steps` entries) and saves its
+  transfers;
+- "recompute" saves the transfers and costs the forward again for the
+  recomputed share of the activations (the forward's share of a step's flops
+  is XLA's `cost_analysis`). The recomputed activations come back together at
+  the start of the gradient, not one at a time as loads do: all but the one
+  used first are held at once;
+- in io_overlapped, the next step's loads are in flight while a step
+  computes: an activation that is not stored to host is one fewer (its bytes
+  come off the calibration's in-flight figure).
+
+Transfers cost their bytes over the host bandwidth measured on the machine.
 """
 
 from __future__ import annotations
@@ -22,23 +27,29 @@ from dataclasses import dataclass, field
 
 from popxl_addons.core.batch_serialisation.policy import CHOICES
 
-# The forward's share of a forward-and-gradient step: the gradient of a layer costs about twice its forward.
-RECOMPUTE_SHARE = 1 / 3
 # Above this many policies per (steps, io_mode), the search is greedy rather than exhaustive.
 EXHAUSTIVE_LIMIT = 3**8
 
 
 @dataclass(frozen=True)
 class StepFigures:
-    """What the planner knows of one micro-batch for a given `steps`."""
+    """What the planner knows of one micro-batch for a given `steps`.
+
+    `device_bytes` and `seconds` (per step) are those of the serialised program
+    with every activation stored to host, in compute mode; `overlapped_bytes`
+    and `overlapped_ratio` are what io_overlapped adds to them (bytes) and
+    multiplies them by (time), None where io_overlapped was not calibrated.
+    """
 
     steps: int
     device_bytes: int
-    flops: float
     seconds: float
+    forward_share: float
     activation_bytes: Mapping[str, int]
     input_bytes: Mapping[str, int]
     variable_bytes: int
+    overlapped_bytes: int | None = None
+    overlapped_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,19 +77,32 @@ def estimate(figures: StepFigures, io_mode: str, policy: Mapping[str, str], band
     """Predicted device bytes and seconds of running the batch as `steps` micro-batches with `policy`."""
     choices = stored(figures, policy)
     sizes = {**figures.input_bytes, **figures.activation_bytes}
+    computed = [n for n in figures.activation_bytes if n not in figures.input_bytes]
     kept = figures.steps * sum(sizes[n] for n, c in choices.items() if c == "keep")
     host = sum(sizes[n] for n, c in choices.items() if c == "host")
-    in_flight = host if io_mode == "io_overlapped" and figures.steps > 1 else 0
-    compute = figures.seconds * (1 + RECOMPUTE_SHARE if "recompute" in choices.values() else 1)
-    io = 2 * host / bandwidth
-    if io_mode == "io_overlapped" and figures.steps > 1:
-        seconds = figures.steps * max(compute, io) + io
-    else:
-        seconds = figures.steps * (compute + io)
+    recomputed = [sizes[n] for n, c in choices.items() if c == "recompute"]
+    held = sum(recomputed) - max(recomputed, default=0)
+    overlapped = io_mode == "io_overlapped" and figures.steps > 1
+    in_flight = 0
+    if overlapped:
+        if figures.overlapped_bytes is None:
+            raise ValueError(f"io_overlapped was not calibrated for steps={figures.steps}")
+        not_loaded = sum(sizes[n] for n in computed if choices[n] != "host")
+        in_flight = max(figures.overlapped_bytes - not_loaded, 0)
+    # The calibration stores everything: its transfers come off its time (but not below half of it,
+    # should the bandwidth measured be low for this program's transfers).
+    calibration_io = 2 * sum(figures.activation_bytes.values()) / bandwidth
+    compute = max(figures.seconds - calibration_io, figures.seconds / 2)
+    computed_bytes = sum(sizes[n] for n in computed) or 1
+    compute *= 1 + figures.forward_share * sum(recomputed) / computed_bytes
+    seconds = figures.steps * (compute + 2 * host / bandwidth)
+    if overlapped:
+        seconds *= figures.overlapped_ratio or 1.0
     parts = {
         "variables and their gradients": figures.variable_bytes,
         "one step's temporaries": figures.device_bytes - figures.variable_bytes,
         "kept activations": kept,
+        "recomputed activations held together": held,
         "transfers in flight": in_flight,
     }
     return Estimate(figures.steps, io_mode, dict(policy), sum(parts.values()), seconds, parts)
@@ -135,7 +159,7 @@ def search(
     smallest: Estimate | None = None
     for fig in figures:
         for mode in io_modes:
-            if mode == "io_overlapped" and fig.steps < 2:
+            if mode == "io_overlapped" and (fig.steps < 2 or fig.overlapped_bytes is None):
                 continue
             exhaustive = len(CHOICES) ** len(fig.activation_bytes) <= EXHAUSTIVE_LIMIT
             policies = _exhaustive(fig) if exhaustive else _greedy(fig, mode, bandwidth, budget)

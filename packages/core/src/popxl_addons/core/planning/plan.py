@@ -17,8 +17,10 @@ from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.planning.model import Estimate, StepFigures, estimate, search
-from popxl_addons.core.planning.programs import measure, micro_batch_spec, serialised_program, step_program
+from popxl_addons.core.planning.programs import flops, measure, micro_batch_spec, serialised_program, step_program
 
+# Micro-batches a calibration program runs: enough for io_overlapped's loop, which carries transfers.
+CALIBRATION_STEPS = 3
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4
 # The cost model's device bytes have been off by up to about this share of the compiled figure: plans predicted
@@ -157,10 +159,16 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _may_fit(e: Estimate, scale: Mapping[int, float], budget: int) -> bool:
-    """Whether `e` may fit, given the compiled-over-predicted `scale` seen for its steps (if any)."""
-    if e.steps in scale:
-        return e.device_bytes * scale[e.steps] <= budget
+def _schedule(e: Estimate) -> tuple[int, bool]:
+    """What a plan's memory depends on besides its policy: steps, and whether io_overlapped ("compute" and
+    "io" differ only in the IPU's IO tiles)."""
+    return e.steps, e.io_mode == "io_overlapped"
+
+
+def _may_fit(e: Estimate, scale: Mapping[tuple[int, bool], float], budget: int) -> bool:
+    """Whether `e` may fit, given the compiled-over-predicted `scale` seen for its schedule (if any)."""
+    if _schedule(e) in scale:
+        return e.device_bytes * scale[_schedule(e)] <= budget
     return e.device_bytes <= budget * (1 + NEAR_MISS)
 
 
@@ -172,6 +180,76 @@ def _nothing_fits(smallest: Estimate, budget: int, measured: int | None = None) 
         f"(steps={smallest.steps}, {smallest.io_mode}, {smallest.policy}), dominated by {top[0]} "
         f"({_size(top[1])})"
     )
+
+
+def _run_calibration(
+    make_module: Callable[[], Module], spec: popxl.TensorSpec, steps: int, io_mode: str, device: str
+) -> tuple[int, float]:
+    """Device bytes and seconds per step of the all-host serialised program for micro-batches of `spec`.
+
+    It runs as few micro-batches as show the schedule of `steps` (one, two, or
+    three and more, where the loop carries transfers): memory does not grow
+    with more."""
+    runs = min(steps, CALIBRATION_STEPS)
+    m = measure(serialised_program(make_module, spec, runs, io_mode, {}), device, timed=True)
+    return int(m["device_bytes"]), m["seconds"] / runs
+
+
+def _between(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
+    return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def calibrate(
+    make_module: Callable[[], Module],
+    input_spec: popxl.TensorSpec,
+    batch_axis: int,
+    steps_choices: Sequence[int],
+    io_modes: Sequence[str],
+    device: str,
+    say: Callable[[str], None],
+) -> list[StepFigures]:
+    """StepFigures for every `steps_choices`, from all-host programs compiled at the fewest and most steps.
+
+    In between, bytes and seconds per step are interpolated linearly in the
+    micro-batch size; io_overlapped is calibrated at the most steps and
+    scaled. The forward's share of a step's flops is XLA's `cost_analysis`.
+    """
+    few, most = min(steps_choices), max(steps_choices)
+    points = {}
+    for steps in sorted({few, most}):
+        spec = micro_batch_spec(input_spec, steps, batch_axis)
+        points[steps] = _run_calibration(make_module, spec, steps, "compute", device)
+        say(f"compiled the all-host program for steps={steps}")
+    overlapped: tuple[int, float] | None = None
+    if "io_overlapped" in io_modes and most > 1:
+        spec = micro_batch_spec(input_spec, most, batch_axis)
+        ov_bytes, ov_seconds = _run_calibration(make_module, spec, most, "io_overlapped", device)
+        overlapped = (ov_bytes - points[most][0], ov_seconds / points[most][1])
+        say(f"compiled the all-host io_overlapped program for steps={most}")
+    small = step_program(make_module, micro_batch_spec(input_spec, most, batch_axis))
+    forward = step_program(make_module, micro_batch_spec(input_spec, most, batch_axis), gradient=False)
+    share = min(flops(forward, device) / max(flops(small, device), 1.0), 1.0)
+    rows = input_spec.shape[batch_axis]
+    figures = []
+    for steps in steps_choices:
+        described = step_program(make_module, micro_batch_spec(input_spec, steps, batch_axis))
+        mb, mb0, mb1 = rows / steps, rows / few, rows / most
+        device_bytes = _between(mb, mb0, mb1, points[few][0], points[most][0])
+        seconds = _between(mb, mb0, mb1, points[few][1], points[most][1])
+        figures.append(
+            StepFigures(
+                steps,
+                int(device_bytes),
+                seconds,
+                share,
+                described.activation_bytes,
+                described.input_bytes,
+                described.variable_bytes,
+                None if overlapped is None else int(overlapped[0] * most / steps),
+                None if overlapped is None else overlapped[1],
+            )
+        )
+    return figures
 
 
 def plan_batch_serialisation(
@@ -207,30 +285,17 @@ def plan_batch_serialisation(
         raise ValueError(f"steps_choices {bad} do not divide the global batch of {batch} (axis {batch_axis})")
     say = progress or (lambda line: None)
     rate = bandwidth if bandwidth is not None else host_bandwidth(device)
-    figures = []
-    for i, steps in enumerate(choices):
-        program = step_program(make_module, micro_batch_spec(input_spec, steps, batch_axis))
-        # Timed, not only counted: smaller micro-batches run below the flops rate of larger ones.
-        m = measure(program, device, timed=True)
-        figures.append(
-            StepFigures(
-                steps,
-                int(m["device_bytes"]),
-                m["flops"],
-                m["seconds"],
-                program.activation_bytes,
-                program.input_bytes,
-                program.variable_bytes,
-            )
-        )
-        say(f"compiled the micro-batch step for steps={steps} ({i + 1}/{len(choices)})")
+    figures = calibrate(make_module, input_spec, batch_axis, choices, io_modes, device, say)
     near, smallest = search(figures, io_modes, rate, int(budget * (1 + NEAR_MISS)))
     if not near:
         raise _nothing_fits(smallest, budget)
     rejected: list[tuple[Estimate, int]] = []
-    scale: dict[int, float] = {}  # steps -> compiled bytes over predicted, from the plans rejected
-    # Those predicted to fit first, fastest first; then the near misses.
-    remaining = sorted(near, key=lambda e: (e.device_bytes > budget, e.seconds, e.device_bytes))
+    scale: dict[tuple[int, bool], float] = {}  # compiled bytes over predicted, from the plans rejected
+    # Fastest first; a near miss only while it is predicted faster than every plan predicted to fit (after
+    # that, the fastest of those fits on its compile or the near misses would not either, within the error).
+    remaining = sorted(near, key=lambda e: (e.seconds, e.device_bytes))
+    fastest_fit = next((i for i, e in enumerate(remaining) if e.device_bytes <= budget), len(remaining))
+    remaining = remaining[: fastest_fit + 1] + [e for e in remaining[fastest_fit + 1 :] if e.device_bytes <= budget]
     while remaining and len(rejected) < MAX_COMPILES:
         candidate = remaining.pop(0)
         spec = micro_batch_spec(input_spec, candidate.steps, batch_axis)
@@ -253,9 +318,10 @@ def plan_batch_serialisation(
                 rejected,
             )
         rejected.append((candidate, measured))
-        # The model under-predicted: for the same steps, what it predicts next is taken as that much larger;
-        # for other steps, nothing is known beyond the model's usual error.
-        scale[candidate.steps] = max(scale.get(candidate.steps, 0.0), measured / candidate.device_bytes)
+        # The model under-predicted: for the same schedule, what it predicts next is taken as that much
+        # larger; for others, nothing is known beyond the model's usual error.
+        key = _schedule(candidate)
+        scale[key] = max(scale.get(key, 0.0), measured / candidate.device_bytes)
         remaining = [e for e in remaining if _may_fit(e, scale, budget)]
     best_rejected = min(rejected, key=lambda r: r[1])
     raise _nothing_fits(best_rejected[0], budget, best_rejected[1])

@@ -1,7 +1,9 @@
-"""The programs the planner compiles: one micro-batch step, and the whole serialised batch.
+"""The programs the planner compiles: one micro-batch step, its forward alone, and the serialised batch.
 
-Both take the module's one input and the gradient of each of its outputs from
-host streams, and accumulate the gradients of every variable.
+Each takes the module's one input and the gradient of each of its outputs from
+host streams, stores the module's outputs to host streams (as a program that
+uses them would: otherwise XLA drops a forward whose activations are all
+recomputed), and accumulates the gradients of every variable.
 """
 
 from __future__ import annotations
@@ -55,14 +57,27 @@ class StepProgram:
     variable_bytes: int = 0
 
 
-def _graphs(
-    make_module: Callable[[], Module], spec: popxl.TensorSpec
-) -> tuple[popxl.HostToDeviceStream, Any, GraphWithNamedArgs, Any, GraphWithNamedArgs, list[popxl.HostToDeviceStream]]:
+@dataclass
+class _Graphs:
+    """A fresh module's forward and gradient graphs, with the streams that feed them."""
+
+    x: popxl.HostToDeviceStream
+    args: Any
+    graph: GraphWithNamedArgs
+    dargs: Any
+    dgraph: GraphWithNamedArgs
+    grads: list[popxl.HostToDeviceStream]
+    outputs: list[popxl.Tensor]
+
+
+def _graphs(make_module: Callable[[], Module], spec: popxl.TensorSpec) -> _Graphs:
     x = popxl.h2d_stream(spec.shape, spec.dtype, "x")
     module = make_module()
     if not isinstance(module, Module):
         raise TypeError(f"make_module() returned {type(module).__name__}, not a popxl_addons Module")
     args, graph = module.create_graph(x.spec)
+    # Autodiff adds the activations the gradient needs as outputs: the module's own are those before it.
+    outputs = list(graph.graph.outputs)
     dargs, dgraph = autodiff_with_accumulation(graph, graph.args.tensors)
     info = dgraph.grad_graph_info
     grads = [
@@ -70,7 +85,7 @@ def _graphs(
         for i, (t, ec) in enumerate(zip(dgraph.graph.inputs, info.expected_inputs))
         if ec.connection_type is ExpectedConnectionType.FwdGrad
     ]
-    return x, args, graph, dargs, dgraph, grads
+    return _Graphs(x, args, graph, dargs, dgraph, grads, outputs)
 
 
 def _feeds(
@@ -87,29 +102,32 @@ def _new_ir() -> popxl.Ir:
     return ir
 
 
-def step_program(make_module: Callable[[], Module], spec: popxl.TensorSpec) -> StepProgram:
-    """One micro-batch: the forward graph, then the gradient graph on its activations."""
+def _describe(program: StepProgram, graph: GraphWithNamedArgs, dgraph: GraphWithNamedArgs) -> StepProgram:
+    """`program` with the bytes of one micro-batch's activations, forward inputs and variables filled in."""
+    named = graph.args
+    activations = serialisable_activations(dgraph.grad_graph_info, named)
+    program.activation_bytes = {name: nbytes(t) for name, t in activations.items()}
+    program.input_bytes = {t.name: nbytes(t) for t in graph.graph.inputs if t not in set(named.tensors)}
+    program.variable_bytes = sum(nbytes(t) for t in program.accumulators.tensors)
+    return program
+
+
+def step_program(make_module: Callable[[], Module], spec: popxl.TensorSpec, gradient: bool = True) -> StepProgram:
+    """One micro-batch: the forward graph, then (when `gradient`) the gradient graph on its activations."""
     ir = _new_ir()
     with ir.main_graph, popxl.in_sequence(True):
-        x, args, graph, dargs, dgraph, grads = _graphs(make_module, spec)
-        named = graph.args
-        activations = serialisable_activations(dgraph.grad_graph_info, named)
-        inputs = {t.name: nbytes(t) for t in graph.graph.inputs if t not in set(named.tensors)}
-        weights = args.init()
-        accums = dargs.init()
+        g = _graphs(make_module, spec)
+        weights = g.args.init()
+        accums = g.dargs.init() if gradient else NamedTensors()
         accums.update(weights)
-        site = graph.bind(weights).call_with_info(ops.host_load(x))
-        feeds = {t: ops.host_load(s) for t, s in zip(dgraph.graph.inputs, grads)}
-        dgraph.bind(accums).call(args={**feeds, **dgraph.grad_graph_info.inputs_dict(site)})
-    return StepProgram(
-        ir,
-        _feeds([x, *grads], 1),
-        accums,
-        weights,
-        {name: nbytes(t) for name, t in activations.items()},
-        inputs,
-        sum(nbytes(t) for t in accums.tensors),
-    )
+        site = g.graph.bind(weights).call_with_info(ops.host_load(g.x))
+        for i, out in enumerate(site.outputs[: len(g.outputs)]):
+            ops.host_store(popxl.d2h_stream(out.shape, out.dtype, f"y{i}"), out)
+        if gradient:
+            feeds = {t: ops.host_load(s) for t, s in zip(g.dgraph.graph.inputs, g.grads)}
+            g.dgraph.bind(accums).call(args={**feeds, **g.dgraph.grad_graph_info.inputs_dict(site)})
+    streams = [g.x, *g.grads] if gradient else [g.x]
+    return _describe(StepProgram(ir, _feeds(streams, 1), accums, weights), g.graph, g.dgraph)
 
 
 def serialised_program(
@@ -127,35 +145,44 @@ def serialised_program(
     """
     ir = _new_ir()
     with ir.main_graph, popxl.in_sequence(True):
-        x, args, graph, dargs, dgraph, grads = _graphs(make_module, spec)
+        g = _graphs(make_module, spec)
         grad_inputs = [
             t
-            for t, ec in zip(dgraph.graph.inputs, dgraph.grad_graph_info.expected_inputs)
+            for t, ec in zip(g.dgraph.graph.inputs, g.dgraph.grad_graph_info.expected_inputs)
             if ec.connection_type is ExpectedConnectionType.FwdGrad
         ]
-        load_handles: dict[popxl.Tensor, Any] = {graph.graph.inputs[0]: x, **dict(zip(grad_inputs, grads))}
+        load_handles: dict[popxl.Tensor, Any] = {g.graph.graph.inputs[0]: g.x, **dict(zip(grad_inputs, g.grads))}
+        store_streams = {out: popxl.d2h_stream(out.shape, out.dtype, f"y{i}") for i, out in enumerate(g.outputs)}
         fwd, grad = batch_serialise_fwd_and_grad(
-            graph,
-            dgraph,
-            graph.args,
+            g.graph,
+            g.dgraph,
+            g.graph.args,
             steps,
             load_handles,
-            {},
+            store_streams,
             {},
             io_mode=io_mode,
             policy=dict(policy),
             activation_memory="host",
         )
-        weights = args.init()
+        weights = g.args.init()
         weights.update(fwd.kept.init())
-        accums = dargs.init()
+        accums = g.dargs.init()
         accums.update(weights)
         fwd.graph.bind(weights).call(0)
         grad.graph.bind(accums).call(0)
     ir.num_host_transfers = steps
-    streams = [x, *grads]
+    streams = [g.x, *g.grads]
     feeds = _feeds(streams, steps) if data is None else {s: np.asarray(data[s.tensor_id]) for s in streams}
-    return StepProgram(ir, feeds, accums, weights)
+    return _describe(StepProgram(ir, feeds, accums, weights), g.graph, g.dgraph)
+
+
+def flops(program: StepProgram, device: str) -> float:
+    """XLA's flops for `program` (`cost_analysis` of its lowering; nothing is compiled)."""
+    with popxl.Session(program.ir, device, remote_memory="host") as session:
+        cost = session.traced(program.feeds).lower().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return float(cost.get("flops", 0.0))
 
 
 def measure(program: StepProgram, device: str, timed: bool = False) -> dict[str, float]:
