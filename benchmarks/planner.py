@@ -1,19 +1,21 @@
 """The batch-serialisation planner at three device budgets (about 60%, 30% and 15% of the un-serialised
-footprint) on the fwd+grad MLP of batch_serialisation.py, side by side in one run with:
+footprint) on the fwd+grad MLP of batch_serialisation.py (`--model mlp`) or a transformer block stack
+(`--model transformer`, transformer.py), side by side in one run with:
 
 - the exhaustive best: every steps x io_mode x per-layer choice (host, recompute or keep for all of a
-  layer's activations; host or keep for the input), each compiled and timed;
+  layer's activations, a transformer block's attention and MLP being layers; host or keep for the input),
+  each compiled and timed;
 - the greedy baseline: everything recomputed (inputs to host), at the smallest steps that fits;
 - the trivial plan: everything to host, at the smallest steps that fits;
-- JAX: `lax.scan` over the micro-batches under `jax.checkpoint` with `save_and_offload_only_these_names`
-  (activations offloaded to pinned host), at the smallest steps that fits.
+- JAX (MLP only): `lax.scan` over the micro-batches under `jax.checkpoint` with
+  `save_and_offload_only_these_names` (activations offloaded to pinned host), at the smallest steps that fits.
 
 The planner's plan and the exhaustive, greedy and trivial plans of each budget are timed again together,
 in alternation, for the time ratios.
 
 Targets (issue 22): within budget every time; time <= 1.05x the exhaustive best and never slower than
 greedy or trivial; predicted device bytes within 10% of the compiled figure; planning time below five
-compiles of one candidate. Figures go to out/bench/planner.json.
+compiles of one candidate. Figures go to out/bench/planner_<model>.json.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import jax
 import numpy as np
 from batch_serialisation import MLP, jax_offload, jax_program
 from common import interleaved, save
+from transformer import TransformerStack
 
 import popxl
 from popxl_addons.core import plan_batch_serialisation
@@ -38,18 +41,21 @@ from popxl_addons.core.planning.programs import measure, micro_batch_spec, seria
 MiB = 2**20
 
 
-def _layer(name: str) -> str:
-    return name.split("/")[0] if "/" in name else "input"
-
-
 def per_layer_policies(activations: list[str], inputs: list[str]) -> list[dict[str, str]]:
-    """Every assignment of one choice per layer (host or keep for the inputs)."""
-    groups = sorted({_layer(n) for n in activations if n not in inputs})
+    """Every assignment of one choice per layer (host or keep for the inputs).
+
+    A layer is the first component of an activation's name; one without a scope (a view of the input) goes
+    with the first layer."""
+    groups = sorted({n.split("/")[0] for n in activations if "/" in n})
+
+    def layer(name: str) -> str:
+        return name.split("/")[0] if "/" in name else groups[0]
+
     out = []
     for combo in itertools.product(("host", "recompute", "keep"), repeat=len(groups)):
         for inp in itertools.product(("host", "keep"), repeat=len(inputs)):
             choice = dict(zip(groups, combo))
-            policy = {n: choice[_layer(n)] for n in activations if n not in inputs}
+            policy = {n: choice[layer(n)] for n in activations if n not in inputs}
             out.append({**policy, **dict(zip(inputs, inp))})
     return out
 
@@ -77,18 +83,45 @@ def time_together(
         return {name: medians[key(c)] for name, c in plans.items()}
 
 
+def jax_mlp_runs(args: argparse.Namespace) -> dict[int, dict[str, float]]:
+    """JAX's offloading scan over the MLP at each steps: its device bytes and median seconds."""
+    rng = np.random.default_rng(0)
+    target = jax.devices(args.device)[0]
+    params = jax.device_put(
+        [
+            (rng.normal(0, args.width**-0.5, (args.width,) * 2).astype(np.float32), np.zeros(args.width, np.float32))
+            for _ in range(args.layers)
+        ],
+        target,
+    )
+    x = rng.normal(size=(args.batch, args.width)).astype(np.float32)
+    runs = {}
+    for steps in args.steps:
+        xs = jax.device_put(x.reshape(steps, args.batch // steps, args.width), target)
+        run, memory = jax_program(jax_offload, params, xs, xs)
+        runs[steps] = {"device_bytes": memory["device_bytes"], "seconds": interleaved({"r": run}, 3)["r"]}
+    return runs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--width", type=int, default=256, help="MLP width")
-    p.add_argument("--layers", type=int, default=2, help="MLP layers")
-    p.add_argument("--batch", type=int, default=1024, help="global batch")
+    p.add_argument("--model", default="mlp", choices=["mlp", "transformer"])
+    p.add_argument("--width", type=int, default=256, help="MLP width, or the transformer's hidden size")
+    p.add_argument("--layers", type=int, default=2, help="MLP layers, or transformer blocks")
+    p.add_argument("--seq", type=int, default=128, help="transformer sequence length")
+    p.add_argument("--heads", type=int, default=12, help="transformer attention heads")
+    p.add_argument("--batch", type=int, default=1024, help="global batch (of sequences, for the transformer)")
     p.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 4, 8])
     p.add_argument("--io-modes", type=lambda s: s.split(","), default=["compute", "io_overlapped"])
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     p.add_argument("--repeats", type=int, default=7, help="timed runs of each compared plan, in alternation")
     args = p.parse_args()
-    make = partial(MLP, args.layers)
-    spec = popxl.TensorSpec((args.batch, args.width), popxl.float32)
+    if args.model == "mlp":
+        make: Callable[[], Any] = partial(MLP, args.layers)
+        spec = popxl.TensorSpec((args.batch, args.width), popxl.float32)
+    else:
+        make = partial(TransformerStack, args.layers, args.heads)
+        spec = popxl.TensorSpec((args.batch, args.seq, args.width), popxl.float32)
     whole = measure(step_program(make, spec), args.device)
     unserialised = int(whole["device_bytes"])
     print(f"un-serialised: {unserialised / MiB:.2f} MiB", flush=True)
@@ -117,30 +150,18 @@ def main() -> None:
                     }
                 )
     print(f"{len(candidates)} candidates measured", flush=True)
-    rng = np.random.default_rng(0)
-    target = jax.devices(args.device)[0]
-    params = jax.device_put(
-        [
-            (rng.normal(0, args.width**-0.5, (args.width,) * 2).astype(np.float32), np.zeros(args.width, np.float32))
-            for _ in range(args.layers)
-        ],
-        target,
-    )
-    x = rng.normal(size=(args.batch, args.width)).astype(np.float32)
-    jax_runs = {}
-    for steps in args.steps:
-        xs = jax.device_put(x.reshape(steps, args.batch // steps, args.width), target)
-        run, memory = jax_program(jax_offload, params, xs, xs)
-        jax_runs[steps] = {"device_bytes": memory["device_bytes"], "seconds": interleaved({"r": run}, 3)["r"]}
+    jax_runs = jax_mlp_runs(args) if args.model == "mlp" else {}
 
     def smallest_steps(pick: Any, budget: int) -> dict[str, Any] | None:
         fitting = [c for c in candidates if pick(c) and c["device_bytes"] <= budget]
         return min(fitting, key=lambda c: (c["steps"], c["seconds"]), default=None)
 
     figures: dict[str, Any] = {
+        "model": args.model,
         "unserialised_bytes": unserialised,
         "width": args.width,
         "layers": args.layers,
+        "seq": args.seq if args.model == "transformer" else None,
         "batch": args.batch,
         "budgets": [],
     }
@@ -201,7 +222,7 @@ def main() -> None:
             f"{planned.get('seconds', float('nan')) * 1e3:.1f} ms; {summary} {row.get('planner_error', '')}",
             flush=True,
         )
-    print(f"figures in {save('planner', figures)}")
+    print(f"figures in {save('planner_' + args.model, figures)}")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.planning.model import Estimate, StepFigures, estimate, search
 from popxl_addons.core.planning.programs import flops, measure, micro_batch_spec, serialised_program, step_program
 
-# Micro-batches a calibration program runs: enough for io_overlapped's loop, which carries transfers.
-CALIBRATION_STEPS = 3
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4
 # The cost model's device bytes have been off by up to about this share of the compiled figure: plans predicted
@@ -185,14 +183,12 @@ def _nothing_fits(smallest: Estimate, budget: int, measured: int | None = None) 
 def _run_calibration(
     make_module: Callable[[], Module], spec: popxl.TensorSpec, steps: int, io_mode: str, device: str
 ) -> tuple[int, float]:
-    """Device bytes and seconds per step of the all-host serialised program for micro-batches of `spec`.
+    """Device bytes and seconds per step of the all-host serialised program of `steps` micro-batches of `spec`.
 
-    It runs as few micro-batches as show the schedule of `steps` (one, two, or
-    three and more, where the loop carries transfers): memory does not grow
-    with more."""
-    runs = min(steps, CALIBRATION_STEPS)
-    m = measure(serialised_program(make_module, spec, runs, io_mode, {}), device, timed=True)
-    return int(m["device_bytes"]), m["seconds"] / runs
+    All `steps` run: fewer would leave out what grows with them (the module's outputs, held until the run
+    ends) and time a shorter loop."""
+    m = measure(serialised_program(make_module, spec, steps, io_mode, {}), device, timed=True)
+    return int(m["device_bytes"]), m["seconds"] / steps
 
 
 def _between(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
@@ -208,13 +204,16 @@ def calibrate(
     device: str,
     say: Callable[[str], None],
 ) -> list[StepFigures]:
-    """StepFigures for every `steps_choices`, from all-host programs compiled at the fewest and most steps.
+    """StepFigures for every `steps_choices`, from all-host programs compiled at the fewest (above one) and
+    most steps.
 
-    In between, bytes and seconds per step are interpolated linearly in the
+    Elsewhere, bytes and seconds per step are interpolated linearly in the
     micro-batch size; io_overlapped is calibrated at the most steps and
     scaled. The forward's share of a step's flops is XLA's `cost_analysis`.
     """
-    few, most = min(steps_choices), max(steps_choices)
+    # One step is the un-serialised program, whose figures lie off the line through the serialised ones:
+    # it is extrapolated (and a plan for it compiled, as every plan is).
+    few, most = min(s for s in steps_choices if s > 1 or s == max(steps_choices)), max(steps_choices)
     points = {}
     for steps in sorted({few, most}):
         spec = micro_batch_spec(input_spec, steps, batch_axis)
