@@ -1,9 +1,9 @@
 """The planner's cost model and search: device bytes and seconds of a plan, from measured calibration programs.
 
 A calibration is the serialised program itself with every activation stored
-to host memory, compiled and run for a few micro-batches (see `plan`). Its
-device bytes and seconds per step are the base of every plan of that `steps`
-and io_mode; a plan's choices move it:
+to host memory, compiled and run (see `plan.calibrate`). Its device bytes and
+seconds per step are the base of every plan of that `steps` and io_mode; a
+plan's choices move it:
 
 - "keep" adds the activation's stack (`steps` entries) and saves its
   transfers;
@@ -11,7 +11,9 @@ and io_mode; a plan's choices move it:
   recomputed share of the activations (the forward's share of a step's flops
   is XLA's `cost_analysis`). The recomputed activations come back together at
   the start of the gradient, not one at a time as loads do: all but the one
-  used first are held at once;
+  used first may be held at once. That is an upper bound: where the program's
+  peak lies elsewhere, they add nothing (measured: +0 to +2 activations of the
+  MLP benchmark, as bounded; +0 of the tests' perceptron, bounded at +1.25);
 - in io_overlapped, the next step's loads are in flight while a step
   computes: an activation that is not stored to host is one fewer (its bytes
   come off the calibration's in-flight figure).
