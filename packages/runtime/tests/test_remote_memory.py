@@ -236,6 +236,8 @@ def test_a_buffer_placed_on_its_own_lives_there_whatever_the_session_says(
     assert kinds[key[follows]] == ("pinned_host" if session_memory == "host" else default_kind)
     storage = replicas * entries * width * 4
     stream_data = replicas * width * 4 if session_memory == "host" else 0
+    # What host_store writes waits in host memory too, but for simulated replicas (on the device).
+    stream_data += width * 4 if session_memory == "host" and replicas == 1 else 0
     assert figures["host_bytes"] == storage * (2 if session_memory == "host" else 1) + stream_data
 
 
@@ -247,3 +249,36 @@ def test_a_buffer_placement_is_checked() -> None:
         assert buf.memory is None
         buf.memory = "host"
         assert buf.memory == "host"
+
+
+@pytest.mark.parametrize("session_memory", ["host", "device"])
+def test_what_host_store_writes_waits_with_the_stream_data(session_memory: str) -> None:
+    """In host placement, a loop's host_stores fill a stack in host memory: device bytes do not grow with the
+    transfers, host bytes grow by each one's size. In device placement, the stack is on the device."""
+    width = 1024
+
+    def figures(transfers: int) -> tuple[dict[str, int], np.ndarray[Any, Any]]:
+        ir = popxl.Ir()
+        with ir.main_graph, popxl.in_sequence(True):
+            d = popxl.d2h_stream((width,), popxl.float32, "y")
+            x = popxl.variable(np.arange(width, dtype=np.float32), name="x")
+
+            def body(i: popxl.Tensor, v: popxl.Tensor) -> popxl.Tensor:
+                ops.host_store(d, v * ops.cast(i, popxl.float32))
+                return i + 1
+
+            graph = ir.create_graph(body, popxl.TensorSpec((), popxl.int32), x.spec)
+            ops.repeat(graph, transfers, popxl.constant(np.int32(0)), x)
+        ir.num_host_transfers = transfers
+        with popxl.Session(ir, "cpu", remote_memory=session_memory) as session:
+            return session.memory_analysis(), session.run()[d]
+
+    few, many = 8, 64
+    (small, _), (large, out) = figures(few), figures(many)
+    np.testing.assert_array_equal(out, np.arange(many, dtype=np.float32)[:, None] * np.arange(width, dtype=np.float32))
+    grown = (many - few) * width * 4
+    if session_memory == "host":
+        assert large["device_bytes"] == small["device_bytes"]
+        assert large["host_bytes"] - small["host_bytes"] == grown
+    else:
+        assert large["device_bytes"] - small["device_bytes"] == grown

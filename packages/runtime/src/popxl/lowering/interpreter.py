@@ -49,7 +49,8 @@ class LoweringContext:
     otherwise (`RemoteBuffer.memory`), and where host stream data waits: "host" or "device";
     `options` are the Ir's session options (popxl's names), for lowerings they tune;
     `host_effects` is False while a program is traced only for its checks, so that
-    lowerings with effects on the host (printing) leave them out.
+    lowerings with effects on the host (printing) leave them out; `host_outputs`
+    says whether what host_stores write waits in host memory.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class LoweringContext:
         remote_memory: str = "device",
         options: Any = None,
         host_effects: bool = True,
+        host_outputs: bool = False,
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
@@ -69,6 +71,7 @@ class LoweringContext:
         self.remote_memory = remote_memory
         self.options = options
         self.host_effects = host_effects
+        self.host_outputs = host_outputs
 
     def in_host(self, buffer: RemoteBuffer) -> bool:
         """Whether `buffer`'s storage lives in host memory."""

@@ -154,6 +154,18 @@ class Program:
         """'devices' (one replica per device) or 'simulate' (all replicas on one device)."""
         return "devices" if self.replica_devices is not None else "simulate"
 
+    @property
+    def host_outputs(self) -> bool:
+        """Whether host_stores fill a stack in host memory (with the host stream data, as popxl streams each store
+        to the host when it happens) rather than on the device. Not with simulated replicas: one stack per replica
+        would be written at a replica's own entry, which host memory can't take (as remote buffers can't)."""
+        return self.stream_memory_kind is not None and (self.replicas == 1 or self.mode == "devices")
+
+    def _output_stack(self, stream: DeviceToHostStream, transfers: int) -> jax.Array:
+        """The zeroed `(transfers, *shape)` a run's host_stores to `stream` fill."""
+        zeros = jnp.zeros((transfers, *stream.shape), stream.dtype.as_numpy())
+        return jax.device_put(zeros, jax.memory.Space.Host) if self.host_outputs else zeros
+
     def _split_step(self, written: State, readonly: State, host_inputs: dict[str, jax.Array]) -> Any:
         written, outputs, check = self._replica_step(merged(written, readonly), host_inputs, self.sites)
         return (written, outputs, check) if self.sites is not None else (written, outputs)
@@ -168,11 +180,13 @@ class Program:
         nht = self.ir.num_host_transfers
         values: dict[Resource, Any] = {b: state["buffers"][buffer_key(b)] for b in self.buffers}
         values.update({s: jnp.int32(0) for s in self.h2d})
-        values.update({s: HostOutput(jnp.zeros((nht, *s.shape), s.dtype.as_numpy()), jnp.int32(0)) for s in self.d2h})
+        values.update({s: HostOutput(self._output_stack(s, nht), jnp.int32(0)) for s in self.d2h})
         values[CHECK_RESULT] = CheckState(jnp.int32(0), jnp.int32(0))
         world = World(values)
         options = self.ir.session_options
-        ctx = LoweringContext(world, host_inputs, self.mesh, sites, self.remote_memory, options, host_effects)
+        ctx = LoweringContext(
+            world, host_inputs, self.mesh, sites, self.remote_memory, options, host_effects, self.host_outputs
+        )
         bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.state.carried}
         finals = execute(ctx, self.ir.main_graph, bound, self.state.written_variables)
         written = {

@@ -71,7 +71,7 @@ def _lower_host_store(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[
     out, cursor = ctx.world.host_output(stream)
     slots = out.shape[0]
     ctx.check(cursor < slots, f"host_store to stream '{stream.tensor_id}'", cursor, slots)
-    values = jax.lax.dynamic_update_index_in_dim(out, x, jnp.minimum(cursor, slots - 1), 0)
+    values = store_entry(out, jnp.minimum(cursor, slots - 1), x, ctx.host_outputs)
     ctx.world.write_host_output(stream, HostOutput(values, cursor + 1))
     return []
 
