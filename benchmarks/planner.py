@@ -7,8 +7,8 @@ footprint) on the fwd+grad MLP of batch_serialisation.py (`--model mlp`) or a tr
   each compiled and timed;
 - the greedy baseline: everything recomputed (inputs to host), at the smallest steps that fits;
 - the trivial plan: everything to host, at the smallest steps that fits;
-- JAX (MLP only): `lax.scan` over the micro-batches under `jax.checkpoint` with
-  `save_and_offload_only_these_names` (activations offloaded to pinned host), at the smallest steps that fits.
+- JAX: `lax.scan` over the micro-batches under `jax.checkpoint` with `save_and_offload_only_these_names`
+  (activations offloaded to pinned host), at the smallest steps that fits.
 
 The planner's plan and the exhaustive, greedy and trivial plans of each budget are timed again together,
 in alternation, for the time ratios.
@@ -32,7 +32,8 @@ import jax
 import numpy as np
 from batch_serialisation import MLP, jax_offload, jax_program
 from common import interleaved, save
-from transformer import TransformerStack
+from transformer import TransformerStack, jax_params
+from transformer import jax_offload as transformer_offload
 
 import popxl
 from popxl_addons.core import plan_batch_serialisation
@@ -83,22 +84,27 @@ def time_together(
         return {name: medians[key(c)] for name, c in plans.items()}
 
 
-def jax_mlp_runs(args: argparse.Namespace) -> dict[int, dict[str, float]]:
-    """JAX's offloading scan over the MLP at each steps: its device bytes and median seconds."""
+def jax_runs(args: argparse.Namespace) -> dict[int, dict[str, float]]:
+    """JAX's offloading scan over the model at each steps: its device bytes and median seconds."""
     rng = np.random.default_rng(0)
     target = jax.devices(args.device)[0]
-    params = jax.device_put(
-        [
+    if args.model == "mlp":
+        fn: Callable[..., Any] = jax_offload
+        params: Any = [
             (rng.normal(0, args.width**-0.5, (args.width,) * 2).astype(np.float32), np.zeros(args.width, np.float32))
             for _ in range(args.layers)
-        ],
-        target,
-    )
-    x = rng.normal(size=(args.batch, args.width)).astype(np.float32)
+        ]
+        sample: tuple[int, ...] = (args.width,)
+    else:
+        fn = transformer_offload(args.heads)
+        params = jax_params(args.layers, args.width)
+        sample = (args.seq, args.width)
+    params = jax.device_put(params, target)
+    x = rng.normal(size=(args.batch, *sample)).astype(np.float32)
     runs = {}
     for steps in args.steps:
-        xs = jax.device_put(x.reshape(steps, args.batch // steps, args.width), target)
-        run, memory = jax_program(jax_offload, params, xs, xs)
+        xs = jax.device_put(x.reshape(steps, args.batch // steps, *sample), target)
+        run, memory = jax_program(fn, params, xs, xs)
         runs[steps] = {"device_bytes": memory["device_bytes"], "seconds": interleaved({"r": run}, 3)["r"]}
     return runs
 
@@ -150,7 +156,7 @@ def main() -> None:
                     }
                 )
     print(f"{len(candidates)} candidates measured", flush=True)
-    jax_runs = jax_mlp_runs(args) if args.model == "mlp" else {}
+    jax_figures = jax_runs(args)
 
     def smallest_steps(pick: Any, budget: int) -> dict[str, Any] | None:
         fitting = [c for c in candidates if pick(c) and c["device_bytes"] <= budget]
@@ -201,7 +207,7 @@ def main() -> None:
             lambda c: all(v == "recompute" or (n in inputs and v == "host") for n, v in c["policy"].items()), budget
         )
         row["trivial"] = smallest_steps(lambda c: set(c["policy"].values()) == {"host"}, budget)
-        jax_fit = [(s, r) for s, r in jax_runs.items() if r["device_bytes"] <= budget]
+        jax_fit = [(s, r) for s, r in jax_figures.items() if r["device_bytes"] <= budget]
         row["jax_offload"] = {"steps": jax_fit[0][0], **jax_fit[0][1]} if jax_fit else None
         if plan is not None:
             # The plans compared are timed again together, in alternation: timed apart, one plan's runs varied

@@ -2,15 +2,20 @@
 Module over inputs (batch, sequence, hidden), for the planner benchmark.
 
 Each block's attention sits in name scope `attn<i>` and its MLP in `mlp<i>`, so that an activation's
-first path component names the sub-layer it belongs to.
+first path component names the sub-layer it belongs to. `jax_stack` is the same stack in JAX, for JAX's
+offloading baseline.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
+import jax
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 import popxl
 from popxl import ops
@@ -63,3 +68,69 @@ class TransformerStack(Module):
             with popxl.name_scope(self._scope):
                 t = self._mlp(t)
         return t.reshape((batch, seq, width))
+
+
+def jax_stack(params: list[dict[str, jax.Array]], x: jax.Array, heads: int) -> jax.Array:
+    """The same stack in JAX, each activation named "activation" for a checkpoint policy."""
+    batch, seq, width = x.shape
+    head = width // heads
+
+    def norm(t: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+        mean = t.mean(-1, keepdims=True)
+        return (t - mean) * jax.lax.rsqrt(((t - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+
+    def split_heads(u: jax.Array) -> jax.Array:
+        return u.reshape(batch, seq, heads, head).transpose(0, 2, 1, 3)
+
+    t = x.reshape(batch * seq, width)
+    for p in params:
+        h = checkpoint_name(norm(t, p["ln1_w"], p["ln1_b"]), "activation")
+        q, k, v = (checkpoint_name(split_heads(h @ p[f"w{n}"]), "activation") for n in "qkv")
+        scores = checkpoint_name(jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(head), axis=-1), "activation")
+        mixed = checkpoint_name((scores @ v).transpose(0, 2, 1, 3).reshape(batch * seq, width), "activation")
+        t = checkpoint_name(t + mixed @ p["wo"], "activation")
+        h = checkpoint_name(norm(t, p["ln2_w"], p["ln2_b"]), "activation")
+        h = checkpoint_name(h @ p["w1"] + p["b1"], "activation")
+        h = checkpoint_name(jax.nn.gelu(h, approximate=True), "activation")
+        t = checkpoint_name(t + h @ p["w2"] + p["b2"], "activation")
+    return t.reshape(batch, seq, width)
+
+
+def jax_params(blocks: int, width: int, seed: int = 0) -> list[dict[str, np.ndarray[Any, Any]]]:
+    """Random parameters of `jax_stack`."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray[Any, Any]:
+        return rng.normal(0, shape[0] ** -0.5, shape).astype(np.float32)
+
+    out = []
+    for _ in range(blocks):
+        p = {f"w{n}": w(width, width) for n in "qkvo"}
+        p.update(w1=w(width, 4 * width), w2=w(4 * width, width), b1=np.zeros(4 * width, np.float32))
+        p.update({k: np.zeros(width, np.float32) for k in ("b2", "ln1_b", "ln2_b")})
+        p.update({k: np.ones(width, np.float32) for k in ("ln1_w", "ln2_w")})
+        out.append(p)
+    return out
+
+
+def jax_offload(heads: int) -> Callable[[Any, jax.Array, jax.Array], Any]:
+    """Mean gradient over micro-batches: `lax.scan` of the forward with every activation offloaded to pinned
+    host memory (`save_and_offload_only_these_names`), then the VJP, as a JAX user would write it."""
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[],
+        names_which_can_be_offloaded=["activation"],
+        offload_src="device",
+        offload_dst="pinned_host",
+    )
+    step = jax.checkpoint(partial(jax_stack, heads=heads), policy=policy)
+
+    def run(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
+        def forward(p: Any) -> jax.Array:
+            _, ys = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)
+            return ys
+
+        _, pullback = jax.vjp(forward, params)
+        (g,) = pullback(dys)
+        return jax.tree.map(lambda t: t / xs.shape[0], g)
+
+    return run

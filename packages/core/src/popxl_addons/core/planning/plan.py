@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,14 @@ def host_bandwidth(device: str = "cpu", nbytes: int = 1 << 22, entries: int = 8)
             session.run()
             best = min(best, time.perf_counter() - start)
     return 2 * entries * (nbytes // 4) * 4 / best
+
+
+def _policy(policy: Mapping[str, str]) -> str:
+    """A policy as written, or, for many activations, how many get each choice."""
+    if len(policy) <= 6:
+        return str(dict(policy))
+    counts = Counter(policy.values())
+    return "{" + ", ".join(f"{counts[c]} {c}" for c in ("host", "recompute", "keep") if counts[c]) + "}"
 
 
 def _size(n: float) -> str:
@@ -113,13 +122,13 @@ class SerialisationPlan:
             lines.append(f"  {name} ({_size(sizes[name])} a step): {choice}; instead {others}")
         for e, measured in self.rejected:
             lines.append(
-                f"rejected steps={e.steps}, {e.io_mode}, {e.policy}: predicted {_size(e.device_bytes)}, "
+                f"rejected steps={e.steps}, {e.io_mode}, {_policy(e.policy)}: predicted {_size(e.device_bytes)}, "
                 f"compiled {_size(measured)} (over budget)"
             )
         if self.runner_up is not None:
             e = self.runner_up
             lines.append(
-                f"next plan: steps={e.steps}, {e.io_mode}, {e.policy}: predicted {_size(e.device_bytes)}, "
+                f"next plan: steps={e.steps}, {e.io_mode}, {_policy(e.policy)}: predicted {_size(e.device_bytes)}, "
                 f"{e.seconds:.3g} s"
             )
         return "\n".join(lines)
@@ -175,7 +184,7 @@ def _nothing_fits(smallest: Estimate, budget: int, measured: int | None = None) 
     reached = f"compiled {_size(measured)}" if measured is not None else f"predicted {_size(smallest.device_bytes)}"
     return ValueError(
         f"No plan fits a device budget of {_size(budget)}: the smallest footprint reached is {reached} "
-        f"(steps={smallest.steps}, {smallest.io_mode}, {smallest.policy}), dominated by {top[0]} "
+        f"(steps={smallest.steps}, {smallest.io_mode}, {_policy(smallest.policy)}), dominated by {top[0]} "
         f"({_size(top[1])})"
     )
 
