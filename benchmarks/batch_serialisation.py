@@ -99,23 +99,31 @@ def jax_accumulation(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
     return jax.tree.map(lambda t: t / xs.shape[0], total)
 
 
-def jax_offload(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
-    """Mean gradient: the forward over every micro-batch, activations offloaded to host, then the VJP."""
+def offloaded(model: Callable[[Any, jax.Array], jax.Array]) -> Callable[[Any, jax.Array, jax.Array], Any]:
+    """The mean gradient over micro-batches: `model`'s forward over every micro-batch (`lax.scan`), its tensors
+    named "activation" offloaded to pinned host memory (`save_and_offload_only_these_names`), then the VJP."""
     policy = jax.checkpoint_policies.save_and_offload_only_these_names(
         names_which_can_be_saved=[],
         names_which_can_be_offloaded=["activation"],
         offload_src="device",
         offload_dst="pinned_host",
     )
-    step = jax.checkpoint(_mlp, policy=policy)
+    step = jax.checkpoint(model, policy=policy)
 
-    def forward(p: Any) -> jax.Array:
-        _, ys = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)
-        return ys
+    def run(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
+        def forward(p: Any) -> jax.Array:
+            _, ys = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)
+            return ys
 
-    _, pullback = jax.vjp(forward, params)
-    (g,) = pullback(dys)
-    return jax.tree.map(lambda t: t / xs.shape[0], g)
+        _, pullback = jax.vjp(forward, params)
+        (g,) = pullback(dys)
+        return jax.tree.map(lambda t: t / xs.shape[0], g)
+
+    return run
+
+
+# JAX offloading over the MLP: the same forward-then-gradient schedule as batch serialisation.
+jax_offload = offloaded(_mlp)
 
 
 def jax_program(

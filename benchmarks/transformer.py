@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from batch_serialisation import offloaded
 from jax.ad_checkpoint import checkpoint_name
 
 import popxl
@@ -114,23 +115,5 @@ def jax_params(blocks: int, width: int, seed: int = 0) -> list[dict[str, np.ndar
 
 
 def jax_offload(heads: int) -> Callable[[Any, jax.Array, jax.Array], Any]:
-    """Mean gradient over micro-batches: `lax.scan` of the forward with every activation offloaded to pinned
-    host memory (`save_and_offload_only_these_names`), then the VJP, as a JAX user would write it."""
-    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
-        names_which_can_be_saved=[],
-        names_which_can_be_offloaded=["activation"],
-        offload_src="device",
-        offload_dst="pinned_host",
-    )
-    step = jax.checkpoint(partial(jax_stack, heads=heads), policy=policy)
-
-    def run(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
-        def forward(p: Any) -> jax.Array:
-            _, ys = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)
-            return ys
-
-        _, pullback = jax.vjp(forward, params)
-        (g,) = pullback(dys)
-        return jax.tree.map(lambda t: t / xs.shape[0], g)
-
-    return run
+    """JAX's offloading scan (batch_serialisation.offloaded) over this stack, every activation to host."""
+    return offloaded(partial(jax_stack, heads=heads))
