@@ -31,6 +31,8 @@ from popxl_addons.core.batch_serialisation.policy import CHOICES
 
 # Above this many policies per (steps, io_mode), the search is greedy rather than exhaustive.
 EXHAUSTIVE_LIMIT = 3**8
+# The part of a plan's device bytes that is an upper bound: recomputed activations that may be held together.
+HELD = "recomputed activations held together"
 
 
 @dataclass(frozen=True)
@@ -104,10 +106,15 @@ def estimate(figures: StepFigures, io_mode: str, policy: Mapping[str, str], band
         "variables and their gradients": figures.variable_bytes,
         "one step's temporaries": figures.device_bytes - figures.variable_bytes,
         "kept activations": kept,
-        "recomputed activations held together": held,
+        HELD: held,
         "transfers in flight": in_flight,
     }
     return Estimate(figures.steps, io_mode, dict(policy), sum(parts.values()), seconds, parts)
+
+
+def max_held(figures: Sequence[StepFigures]) -> int:
+    """The most any plan of `figures` may hold of recomputed activations (all but the largest, recomputed)."""
+    return max(sum(f.activation_bytes.values()) - max(f.activation_bytes.values(), default=0) for f in figures)
 
 
 def _options(figures: StepFigures) -> dict[str, tuple[str, ...]]:
@@ -154,9 +161,12 @@ def _greedy(figures: StepFigures, io_mode: str, bandwidth: float, budget: int) -
 
 
 def search(
-    figures: Sequence[StepFigures], io_modes: Sequence[str], bandwidth: float, budget: int
+    figures: Sequence[StepFigures], io_modes: Sequence[str], bandwidth: float, budget: int, window: int | None = None
 ) -> tuple[list[Estimate], Estimate]:
-    """Candidates predicted to fit `budget`, fastest first, and the smallest footprint of all."""
+    """Candidates predicted within `window` (default `budget`), fastest first, and the smallest footprint of all.
+
+    A greedy search (many activations) goes on until a plan is predicted within `budget`."""
+    window = budget if window is None else window
     fits: list[Estimate] = []
     smallest: Estimate | None = None
     for fig in figures:
@@ -169,7 +179,7 @@ def search(
                 e = estimate(fig, mode, policy, bandwidth)
                 if smallest is None or e.device_bytes < smallest.device_bytes:
                     smallest = e
-                if e.device_bytes <= budget:
+                if e.device_bytes <= window:
                     fits.append(e)
     if smallest is None:
         raise ValueError("No candidate plans: no steps choice, or only io_overlapped with 1 step")

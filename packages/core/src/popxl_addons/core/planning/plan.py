@@ -17,14 +17,16 @@ from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult, b
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.planning.model import Estimate, StepFigures, estimate, search
+from popxl_addons.core.planning.model import HELD, Estimate, StepFigures, estimate, max_held, search
 from popxl_addons.core.planning.programs import flops, measure, micro_batch_spec, serialised_program, step_program
 
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4
-# The cost model's device bytes have been off by up to about this share of the compiled figure: plans predicted
-# this far over the budget are compiled too (after those predicted to fit), since they may fit.
-NEAR_MISS = 0.15
+# Besides the held recomputation (an upper bound), the model's device bytes are off by up to about this share of
+# the compiled figure. A plan predicted over the budget by no more than that slack is a near miss: it may fit.
+MODEL_ERROR = 0.05
+# Near misses compiled at most, where predicted faster than every plan predicted to fit.
+NEAR_MISS_TRIES = 2
 
 
 @functools.cache
@@ -172,11 +174,16 @@ def _schedule(e: Estimate) -> tuple[int, bool]:
     return e.steps, e.io_mode == "io_overlapped"
 
 
+def _slack(e: Estimate) -> float:
+    """How far the compiled program may come below the prediction: the held recomputation, and the model's error."""
+    return e.parts.get(HELD, 0) + MODEL_ERROR * e.device_bytes
+
+
 def _may_fit(e: Estimate, scale: Mapping[tuple[int, bool], float], budget: int) -> bool:
     """Whether `e` may fit, given the compiled-over-predicted `scale` seen for its schedule (if any)."""
     if _schedule(e) in scale:
         return e.device_bytes * scale[_schedule(e)] <= budget
-    return e.device_bytes <= budget * (1 + NEAR_MISS)
+    return e.device_bytes - budget <= _slack(e)
 
 
 def _nothing_fits(smallest: Estimate, budget: int, measured: int | None = None) -> ValueError:
@@ -294,16 +301,17 @@ def plan_batch_serialisation(
     say = progress or (lambda line: None)
     rate = bandwidth if bandwidth is not None else host_bandwidth(device)
     figures = calibrate(make_module, input_spec, batch_axis, choices, io_modes, device, say)
-    near, smallest = search(figures, io_modes, rate, int(budget * (1 + NEAR_MISS)))
+    window = int((budget + max_held(figures)) / (1 - MODEL_ERROR))
+    near, smallest = search(figures, io_modes, rate, budget, window)
+    near = [e for e in near if _may_fit(e, {}, budget)]
     if not near:
         raise _nothing_fits(smallest, budget)
     rejected: list[tuple[Estimate, int]] = []
     scale: dict[tuple[int, bool], float] = {}  # compiled bytes over predicted, from the plans rejected
-    # Fastest first; a near miss only while it is predicted faster than every plan predicted to fit (after
-    # that, the fastest of those fits on its compile or the near misses would not either, within the error).
+    # Fastest first; near misses only while predicted faster than every plan predicted to fit, and few of them.
     remaining = sorted(near, key=lambda e: (e.seconds, e.device_bytes))
     fastest_fit = next((i for i, e in enumerate(remaining) if e.device_bytes <= budget), len(remaining))
-    remaining = remaining[: fastest_fit + 1] + [e for e in remaining[fastest_fit + 1 :] if e.device_bytes <= budget]
+    remaining = remaining[:fastest_fit][:NEAR_MISS_TRIES] + [e for e in remaining if e.device_bytes <= budget]
     while remaining and len(rejected) < MAX_COMPILES:
         candidate = remaining.pop(0)
         spec = micro_batch_spec(input_spec, candidate.steps, batch_axis)
