@@ -201,8 +201,8 @@ def _run_calibration(
 ) -> tuple[int, float]:
     """Device bytes and seconds per step of the all-host serialised program of `steps` micro-batches of `spec`.
 
-    All `steps` run: fewer would leave out what grows with them (the module's outputs, held until the run
-    ends) and time a shorter loop."""
+    All `steps` run: fewer would time a shorter loop and leave out what grows with them (where host_store
+    output waits on the device: with simulated replicas, or remote memory on the device)."""
     m = measure(serialised_program(make_module, spec, steps, io_mode, {}), device, timed=True)
     return int(m["device_bytes"]), m["seconds"] / steps
 
