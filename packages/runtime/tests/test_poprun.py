@@ -230,6 +230,9 @@ def test_ctrl_c_stops_every_instance(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=_clean_env(),
+        # A suite started in the background of a script inherits SIGINT ignored, as poprun then would: Ctrl-C
+        # reaches a poprun started from a terminal, whose default this restores.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + QUICK_TIMEOUT_S
