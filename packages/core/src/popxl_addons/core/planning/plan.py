@@ -25,8 +25,6 @@ MAX_COMPILES = 4
 # Besides the held recomputation (an upper bound), the model's device bytes are off by up to about this share of
 # the compiled figure. A plan predicted over the budget by no more than that slack is a near miss: it may fit.
 MODEL_ERROR = 0.05
-# Near misses compiled at most, where predicted faster than every plan predicted to fit.
-NEAR_MISS_TRIES = 2
 # One program timed twice (best of three runs each) on a loaded 2-core CPU differed by up to about this share.
 TIMING_NOISE = 0.05
 
@@ -170,10 +168,10 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _schedule(e: Estimate) -> tuple[int, bool]:
-    """What a plan's memory depends on besides its policy: steps, and whether io_overlapped ("compute" and
-    "io" differ only in the IPU's IO tiles)."""
-    return e.steps, e.io_mode == "io_overlapped"
+def _kind(e: Estimate) -> tuple[int, bool, bool]:
+    """Plans the model errs on alike: the same steps, io_overlapped or not ("compute" and "io" differ only in
+    the IPU's IO tiles), and recomputing or not (the held recomputation is an upper bound)."""
+    return e.steps, e.io_mode == "io_overlapped", "recompute" in e.policy.values()
 
 
 def _slack(e: Estimate) -> float:
@@ -181,10 +179,10 @@ def _slack(e: Estimate) -> float:
     return e.parts.get(HELD, 0) + MODEL_ERROR * e.device_bytes
 
 
-def _may_fit(e: Estimate, scale: Mapping[tuple[int, bool], float], budget: int) -> bool:
-    """Whether `e` may fit, given the compiled-over-predicted `scale` seen for its schedule (if any)."""
-    if _schedule(e) in scale:
-        return e.device_bytes * scale[_schedule(e)] <= budget
+def _may_fit(e: Estimate, scale: Mapping[tuple[int, bool, bool], float], budget: int) -> bool:
+    """Whether `e` may fit, given the compiled-over-predicted `scale` seen for its kind of plan (if any)."""
+    if _kind(e) in scale:
+        return e.device_bytes * scale[_kind(e)] <= budget
     return e.device_bytes - budget <= _slack(e)
 
 
@@ -312,13 +310,19 @@ def plan_batch_serialisation(
     if not near:
         raise _nothing_fits(smallest, budget)
     rejected: list[tuple[Estimate, int]] = []
-    scale: dict[tuple[int, bool], float] = {}  # compiled bytes over predicted, from the plans rejected
-    # Fastest first; near misses only while predicted faster than every plan predicted to fit, and few of them.
+    scale: dict[tuple[int, bool, bool], float] = {}  # compiled bytes over predicted, from the plans rejected
+    # Fastest first; near misses only while predicted faster than every plan predicted to fit, and never in the
+    # last compile, which is the fastest plan predicted to fit.
     remaining = sorted(near, key=lambda e: (e.seconds, e.device_bytes))
     fastest_fit = next((i for i, e in enumerate(remaining) if e.device_bytes <= budget), len(remaining))
-    remaining = remaining[:fastest_fit][:NEAR_MISS_TRIES] + [e for e in remaining if e.device_bytes <= budget]
+    remaining = remaining[:fastest_fit] + [e for e in remaining if e.device_bytes <= budget]
+    near_tries = 0
     while remaining and len(rejected) < MAX_COMPILES:
         candidate = remaining.pop(0)
+        if candidate.device_bytes > budget:
+            if near_tries == MAX_COMPILES - 1:
+                continue
+            near_tries += 1
         spec = micro_batch_spec(input_spec, candidate.steps, batch_axis)
         program = serialised_program(make_module, spec, candidate.steps, candidate.io_mode, candidate.policy)
         measured = int(measure(program, device)["device_bytes"])
@@ -339,9 +343,9 @@ def plan_batch_serialisation(
                 rejected,
             )
         rejected.append((candidate, measured))
-        # The model under-predicted: for the same schedule, what it predicts next is taken as that much
+        # The model under-predicted: for plans of the same kind, what it predicts next is taken as that much
         # larger; for others, nothing is known beyond the model's usual error.
-        key = _schedule(candidate)
+        key = _kind(candidate)
         scale[key] = max(scale.get(key, 0.0), measured / candidate.device_bytes)
         remaining = [e for e in remaining if _may_fit(e, scale, budget)]
     best_rejected = min(rejected, key=lambda r: r[1])
