@@ -224,15 +224,17 @@ def test_ctrl_c_stops_every_instance(tmp_path: Path) -> None:
         time.sleep({QUICK_TIMEOUT_S * 2})
         """,
     )
+    # A suite started where SIGINT is ignored (the background of a script) passes that on, and poprun would
+    # rightly ignore the Ctrl-C: it starts here with SIGINT's default, as from a terminal.
+    with_default_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    )
     proc = subprocess.Popen(
-        [*POPRUN, "--num-instances", "2", sys.executable, str(prog)],
+        [sys.executable, "-c", with_default_sigint, *POPRUN, "--num-instances", "2", sys.executable, str(prog)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=_clean_env(),
-        # A suite started in the background of a script inherits SIGINT ignored, as poprun then would: Ctrl-C
-        # reaches a poprun started from a terminal, whose default this restores.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + QUICK_TIMEOUT_S
