@@ -87,21 +87,19 @@ def estimate(figures: StepFigures, io_mode: str, policy: Mapping[str, str], band
     recomputed = [sizes[n] for n, c in choices.items() if c == "recompute"]
     held = sum(recomputed) - max(recomputed, default=0)
     overlapped = io_mode == "io_overlapped" and figures.steps > 1
-    in_flight = 0
+    in_flight, ratio = 0, 1.0
     if overlapped:
-        if figures.overlapped_bytes is None:
+        if figures.overlapped_bytes is None or figures.overlapped_ratio is None:
             raise ValueError(f"io_overlapped was not calibrated for steps={figures.steps}")
         not_loaded = sum(sizes[n] for n in computed if choices[n] != "host")
-        in_flight = max(figures.overlapped_bytes - not_loaded, 0)
+        in_flight, ratio = max(figures.overlapped_bytes - not_loaded, 0), figures.overlapped_ratio
     # The calibration stores everything: its transfers come off its time (but not below half of it,
     # should the bandwidth measured be low for this program's transfers).
     calibration_io = 2 * sum(figures.activation_bytes.values()) / bandwidth
     compute = max(figures.seconds - calibration_io, figures.seconds / 2)
     computed_bytes = sum(sizes[n] for n in computed) or 1
     compute *= 1 + figures.forward_share * sum(recomputed) / computed_bytes
-    seconds = figures.steps * (compute + 2 * host / bandwidth)
-    if overlapped:
-        seconds *= figures.overlapped_ratio or 1.0
+    seconds = figures.steps * (compute + 2 * host / bandwidth) * ratio
     parts = {
         "variables and their gradients": figures.variable_bytes,
         "one step's temporaries": figures.device_bytes - figures.variable_bytes,

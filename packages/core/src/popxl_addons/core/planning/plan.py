@@ -244,13 +244,13 @@ def calibrate(
         # A gain within the timing noise is no gain: io_overlapped then costs its memory for nothing.
         overlapped = (ov_bytes - points[most][0], ratio if ratio < 1 - TIMING_NOISE else max(ratio, 1.0))
         say(f"compiled the all-host io_overlapped program for steps={most}")
-    small = step_program(make_module, micro_batch_spec(input_spec, most, batch_axis))
+    # Built, not compiled: each steps' activation bytes, and the flops of one micro-batch at the most steps.
+    described = {s: step_program(make_module, micro_batch_spec(input_spec, s, batch_axis)) for s in steps_choices}
     forward = step_program(make_module, micro_batch_spec(input_spec, most, batch_axis), gradient=False)
-    share = min(flops(forward, device) / max(flops(small, device), 1.0), 1.0)
+    share = min(flops(forward, device) / max(flops(described[most], device), 1.0), 1.0)
     rows = input_spec.shape[batch_axis]
     figures = []
-    for steps in steps_choices:
-        described = step_program(make_module, micro_batch_spec(input_spec, steps, batch_axis))
+    for steps, program in described.items():
         mb, mb0, mb1 = rows / steps, rows / few, rows / most
         device_bytes = _between(mb, mb0, mb1, points[few][0], points[most][0])
         seconds = _between(mb, mb0, mb1, points[few][1], points[most][1])
@@ -260,9 +260,9 @@ def calibrate(
                 int(device_bytes),
                 seconds,
                 share,
-                described.activation_bytes,
-                described.input_bytes,
-                described.variable_bytes,
+                program.activation_bytes,
+                program.input_bytes,
+                program.variable_bytes,
                 None if overlapped is None else int(overlapped[0] * most / steps),
                 None if overlapped is None else overlapped[1],
             )
