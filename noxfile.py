@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import nox
+from packaging.tags import sys_tags
+from packaging.utils import parse_wheel_filename
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["tests", "typecheck", "lint"]
@@ -35,6 +40,20 @@ TEST_SIBLINGS = {"collectives": ["layers"]}
 EXAMPLE_DEPS = ["scikit-learn>=1.3"]
 
 
+def _torch(session: nox.Session) -> None:
+    """Install PyTorch for the tests that check against it: a local wheel where one is found, else PyPI's."""
+    # Wheel folders are named by the environment (pip's and uv's own variables), never by this file; a
+    # session's interpreter is the one running nox, so its tags say which wheels install.
+    folders = [Path(f) for var in ("UV_FIND_LINKS", "PIP_FIND_LINKS") for f in os.environ.get(var, "").split()]
+    supported = set(sys_tags())
+    for wheel in sorted(w for f in folders if f.is_dir() for w in f.glob("torch-*.whl")):
+        _, version, _, tags = parse_wheel_filename(wheel.name)
+        if supported & tags:
+            session.install(f"torch=={version}", "--find-links", str(wheel.parent))
+            return
+    session.install("torch>=2.1")
+
+
 def _install(session: nox.Session, package: str) -> None:
     _, siblings = PACKAGES[package]
     paths = [f"packages/{p}" for p in [*siblings, package]]
@@ -53,7 +72,7 @@ def tests(session: nox.Session, package: str) -> None:
     _install(session, package)
     session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])
     if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
-        session.install("torch==2.13.0", "--find-links", "/opt/wheels")
+        _torch(session)
     session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
     # The harness checks both placements in every variant already.
     if package != "harness":
