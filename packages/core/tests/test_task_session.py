@@ -1,28 +1,48 @@
-"""TaskSession: named state, step counting, and checkpoints written to and read from folders."""
+"""TaskSession: named state, step counting, and checkpoints written to and read from folders, which survive a
+crash midway through a save."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pathlib
+import re
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import popxl
 from popxl import ops
-from popxl_addons.core import NamedTensors, NamedVariableFactories, TaskSession, VariableFactory
+from popxl_addons.core import (
+    NamedTensors,
+    NamedVariableFactories,
+    TaskSession,
+    VariableFactory,
+    initialise_memmap_dir_from_checkpoint,
+)
+from popxl_addons.core.task_session import IncompleteCheckpointError, mark_checkpoint_complete
 
 W = np.arange(4, dtype=np.float32)
 
 
 class Loader:
-    """A dataloader that records where it was saved and resumed from."""
+    """A dataloader that records where it was resumed from and which checkpoints were in view as it saved, and
+    fails to save when told to."""
 
     def __init__(self) -> None:
         self.position = 0
         self.resumed: list[str] = []
+        self.fail = False
+        self.in_view: list[list[str]] = []
 
     def save(self, filename: str) -> None:
+        self.in_view.append(_visible(pathlib.Path(filename).parent.parent))
+        if self.fail:
+            raise OSError(errno.ENOSPC, "No space left on device")
         pathlib.Path(filename).write_text(str(self.position))
 
     def resume(self, filename: str) -> None:
@@ -91,3 +111,146 @@ def test_memory_mapped_state_is_copied_and_sessions_load_from_each_other(tmp_pat
         dst.load_from_session(src)
         np.testing.assert_array_equal(dst.get_named_tensors_data().w, W + 3)
     assert isinstance(dst.state, NamedTensors)
+
+
+def _visible(folder: pathlib.Path) -> list[str]:
+    return sorted(p for p in os.listdir(folder) if not p.startswith("."))
+
+
+def _run_and_save(s: TaskSession, path: pathlib.Path) -> None:
+    """One step (adding 1 to `w` and to `step`), then a save with the dataloader one position on."""
+    s.run({s.inputs.x: np.ones(4, np.float32)})
+    s.dataloader.position += 1
+    s.save_checkpoint(str(path))
+
+
+def _assert_loads_step_1(s: TaskSession, path: pathlib.Path) -> None:
+    with s:
+        s.load_checkpoint(str(path))
+        np.testing.assert_array_equal(s.get_named_tensors_data().w, W + 1)
+    assert s.get_named_tensors_data().step == 1
+    assert s.session_state["steps"] == 1 and s.dataloader.position == 1
+
+
+# Saves `a` after one step, then after a second step dies by SIGKILL midway through saving again: `writing`
+# (to `b`) once a file is written, `replacing` (to `a` again) as the new copy is about to be renamed into place.
+_CRASHING_SAVE = """
+import os, pathlib, signal, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from test_task_session import Loader, _run_and_save, _session
+
+root, how = pathlib.Path(sys.argv[2]), sys.argv[3]
+s = _session(max_checkpoints=1)
+s.dataloader = Loader()
+with s:
+    _run_and_save(s, root / "a")
+    if how == "writing":
+        savez = np.savez
+        def savez_then_die(*args, **kwargs):
+            savez(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+        np.savez = savez_then_die
+    else:
+        replace = os.replace
+        def replace_or_die(src, dst):
+            if ".partial-" in os.fspath(src):
+                os.kill(os.getpid(), signal.SIGKILL)
+            replace(src, dst)
+        os.replace = replace_or_die
+    _run_and_save(s, root / ("b" if how == "writing" else "a"))
+"""
+
+
+def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path: pathlib.Path) -> None:
+    hows = ["writing", "replacing"]
+    # Both at once: each child spends most of its time importing.
+    children = {
+        how: subprocess.Popen(
+            [sys.executable, "-c", _CRASHING_SAVE, str(pathlib.Path(__file__).parent), str(tmp_path / how), how],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for how in hows
+    }
+    for how, child in children.items():
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == -signal.SIGKILL, f"{how}: {err}"
+    for how in hows:
+        root = tmp_path / how
+        s = _session()
+        s.dataloader = Loader()
+        _assert_loads_step_1(s, root / "a")
+        if how == "writing":
+            assert _visible(root) == ["a"]
+            (partial,) = root.glob(".b.partial-*")
+            with s, pytest.raises(IncompleteCheckpointError, match=re.escape(repr(str(partial)))):
+                s.load_checkpoint(str(partial))
+        # The next save clears the dead process's leftovers (putting back an `a` moved aside).
+        with s:
+            s.save_checkpoint(str(root / "c"))
+        assert sorted(os.listdir(root)) == ["a", "c"]
+        _assert_loads_step_1(s, root / "a")
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["new path", "same path"])
+def test_a_failed_save_raises_and_leaves_the_previous_checkpoint(tmp_path: pathlib.Path, again: bool) -> None:
+    s = _session(max_checkpoints=1)
+    s.dataloader = Loader()
+    with s:
+        _run_and_save(s, tmp_path / "a")
+        s.dataloader.fail = True
+        with pytest.raises(OSError, match="No space left"):
+            _run_and_save(s, tmp_path / ("a" if again else "b"))
+    s.dataloader.fail = False
+    assert sorted(os.listdir(tmp_path)) == ["a"]
+    s.dataloader.position = 0
+    _assert_loads_step_1(s, tmp_path / "a")
+
+
+def test_the_oldest_checkpoint_is_deleted_only_once_the_new_one_is_in_place(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = _session(max_checkpoints=2)
+    s.dataloader = Loader()
+    in_place: list[list[str]] = []
+    replace = os.replace
+
+    def watched_replace(src: str, dst: str) -> None:
+        replace(src, dst)
+        if pathlib.Path(dst).name == "c":
+            in_place.append(_visible(tmp_path))
+
+    monkeypatch.setattr(os, "replace", watched_replace)
+    after = []
+    with s:
+        for name in "abc":
+            _run_and_save(s, tmp_path / name)
+            after.append(sorted(os.listdir(tmp_path)))
+    assert s.dataloader.in_view == [[], ["a"], ["a", "b"]]
+    assert in_place == [["a", "b", "c"]]
+    assert after == [["a"], ["a", "b"], ["b", "c"]]
+
+
+def test_a_folder_without_the_completion_mark_is_refused(tmp_path: pathlib.Path) -> None:
+    s = _session()
+    folder = tmp_path / "ckpt"
+    with s:
+        s.save_checkpoint(str(folder))
+        # As a save interrupted before its end, or an earlier version, leaves it.
+        (folder / "checkpoint_complete.json").unlink()
+        message = re.escape(repr(str(folder))) + r" is incomplete: it has no 'checkpoint_complete.json'.*previous"
+        with pytest.raises(IncompleteCheckpointError, match=message):
+            s.load_checkpoint(str(folder))
+        with pytest.raises(IncompleteCheckpointError, match=message):
+            initialise_memmap_dir_from_checkpoint(str(folder), str(tmp_path / "maps"))
+        mark_checkpoint_complete(str(folder))
+        s.load_checkpoint(str(folder))
+        with pytest.raises(FileNotFoundError, match="nowhere"):
+            s.load_checkpoint(str(tmp_path / "nowhere"))
+        # Saving over a folder that is not a checkpoint would delete what it holds.
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "todo.txt").write_text("keep")
+        with pytest.raises(FileExistsError, match="not a checkpoint folder"):
+            s.save_checkpoint(str(tmp_path / "notes"))
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep"

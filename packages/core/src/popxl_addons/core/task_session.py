@@ -2,16 +2,41 @@
 
 A checkpoint folder holds `model/<name>.npz` per state variable (a
 memory-mapped variable's file is copied instead, as `model/<file>.npy`), the
-dataloader's state if one is set (`dataloader.bin`), and the session state
-(`session_info.json`, always with the number of steps run). Weights & Biases
-checkpoints (`wandb://...`) are not supported.
+dataloader's state if one is set (`dataloader.bin`), the session state
+(`session_info.json`, always with the number of steps run) and, written last,
+the completion mark `checkpoint_complete.json` (`{"format_version": 1}`).
+Weights & Biases checkpoints (`wandb://...`) are not supported.
+
+Checkpoints survive a crash or a full disk. A save writes the whole checkpoint
+into a hidden folder beside the destination (`.<name>.partial-<host>-<pid>-<id>`,
+on the same filesystem), fsyncs it, writes the mark, and only then renames it
+into place. Saving over an existing checkpoint renames the old one aside
+(`.<name>.old-...`), renames the new one in and then deletes the old one; the
+oldest checkpoint beyond `max_checkpoints` is deleted only once the new one is
+in place. A save that fails midway raises, leaving the previous checkpoints as
+they were. Loads refuse a folder without the mark (`IncompleteCheckpointError`)
+and never read the hidden folders, except that a checkpoint whose save died
+between its two renames is read from its `.old-` copy; the next save into the
+same parent folder deletes the leftovers of saves whose process is gone (on
+this host), putting such an `.old-` copy back in place.
+
+Checkpoints written before the mark existed, popxl-addons' included, have no
+mark, and a complete one cannot be told apart from a partial one: loads refuse
+them too. Once you know such a checkpoint is complete, `mark_checkpoint_complete`
+marks it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
+import os
+import re
+import secrets
 import shutil
+import socket
 from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -27,8 +52,17 @@ from popxl_addons.core.streams import InputStreams, OutputStreams
 ReportMissing = Literal["none", "warn", "error"]
 _SESSION_FILE = "session_info.json"
 _DATALOADER_FILE = "dataloader.bin"
+_MARK_FILE = "checkpoint_complete.json"
+_FORMAT_VERSION = 1
+# Leftovers of saves: `.<name>.<kind>-<host>-<pid>-<id>` beside the checkpoint `<name>`.
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>partial|old|trash)-(?P<host>[\w.-]+)-(?P<pid>\d+)-[0-9a-f]{8}")
+_HOST = re.sub(r"[^\w.-]", "_", socket.gethostname()) or "host"
 
 logger = logging.getLogger(__name__)
+
+
+class IncompleteCheckpointError(ValueError):
+    """A checkpoint folder without the completion mark: its save was interrupted, or it predates the mark."""
 
 
 class NamedTensorData(DotTree[np.ndarray]):
@@ -100,31 +134,48 @@ class TaskSession(popxl.Session):
         )
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        """Write the state, the dataloader's position and the session state to `checkpoint_dir`, deleting the
-        oldest checkpoint this session wrote once there are more than `max_checkpoints`."""
+        """Write the state, the dataloader's position and the session state to `checkpoint_dir`, whole or not at
+        all, then delete the oldest checkpoint this session wrote once there are more than `max_checkpoints`."""
         state = self.get_named_tensors_data().to_dict()
-        folder = _local_dir(checkpoint_dir)
-        (folder / "model").mkdir(parents=True, exist_ok=True)
-        if len(self._checkpoints) >= self._max_checkpoints:
-            shutil.rmtree(self._checkpoints.popleft(), ignore_errors=True)
-        for name, value in state.items():
-            if isinstance(value, np.memmap) and value.filename is not None:
-                value.flush()
-                shutil.copyfile(value.filename, folder / "model" / Path(value.filename).name)
-            else:
-                arrays: dict[str, Any] = {name: np.asarray(value)}
-                np.savez(folder / "model" / f"{name}.npz", **arrays)
-        if self._dataloader is not None:
-            self._dataloader.save(str(folder / _DATALOADER_FILE))
-        (folder / _SESSION_FILE).write_text(json.dumps(self.session_state))
+        folder = Path(os.path.abspath(_local_dir(checkpoint_dir)))
+        if folder.exists() or folder.is_symlink():
+            _check_replaceable(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _clean_leftovers(folder.parent)
+        partial = _leftover_path(folder, "partial")
+        partial.mkdir()
+        try:
+            (partial / "model").mkdir()
+            for name, value in state.items():
+                if isinstance(value, np.memmap) and value.filename is not None:
+                    value.flush()
+                    shutil.copyfile(value.filename, partial / "model" / Path(value.filename).name)
+                else:
+                    arrays: dict[str, Any] = {name: np.asarray(value)}
+                    np.savez(partial / "model" / f"{name}.npz", **arrays)
+            if self._dataloader is not None:
+                self._dataloader.save(str(partial / _DATALOADER_FILE))
+            (partial / _SESSION_FILE).write_text(json.dumps(self.session_state))
+            # Everything is on disk before the mark, and the mark before the rename.
+            for path in sorted(partial.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+                _fsync(path)
+            _write_mark(partial)
+            _move_into_place(partial, folder)
+        except BaseException:
+            _discard(partial)
+            raise
+        if folder in self._checkpoints:
+            self._checkpoints.remove(folder)
         self._checkpoints.append(folder)
+        while len(self._checkpoints) > max(self._max_checkpoints, 1):
+            _delete_checkpoint(self._checkpoints.popleft())
 
     def load_checkpoint(
         self, checkpoint_dir: str, report_missing: ReportMissing = "warn", skip_memmap: bool = False
     ) -> None:
         """Write the values saved in `checkpoint_dir` into the state variables of the same names, and restore
         the dataloader's position and the session state (`skip_memmap` is accepted for popxl-addons' API)."""
-        folder = _local_dir(checkpoint_dir)
+        folder = _complete_checkpoint(_local_dir(checkpoint_dir))
         variables = self.state.to_dict()
         saved = {p.stem: p for p in (folder / "model").glob("*.npz")}
         _report_missing(saved.keys(), variables.keys(), report_missing)
@@ -169,5 +220,146 @@ def initialise_memmap_dir_from_checkpoint(checkpoint_dir: str, memmap_dir: str) 
     """Copy the memory-mapped variables' files of a checkpoint into `memmap_dir`."""
     target = Path(memmap_dir)
     target.mkdir(parents=True, exist_ok=True)
-    for path in (_local_dir(checkpoint_dir) / "model").glob("*.npy"):
+    for path in (_complete_checkpoint(_local_dir(checkpoint_dir)) / "model").glob("*.npy"):
         shutil.copyfile(path, target / path.name)
+
+
+def mark_checkpoint_complete(checkpoint_dir: str) -> None:
+    """Mark `checkpoint_dir` complete, for a checkpoint known to be whole that was saved without the mark (by an
+    earlier version, or popxl-addons)."""
+    folder = _local_dir(checkpoint_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"Checkpoint folder {str(folder)!r} does not exist")
+    _write_mark(folder)
+
+
+def _write_mark(folder: Path) -> None:
+    (folder / _MARK_FILE).write_text(json.dumps({"format_version": _FORMAT_VERSION}))
+    _fsync(folder / _MARK_FILE)
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        # Some filesystems cannot fsync a directory; its files are synced all the same.
+        if not (path.is_dir() and e.errno in (errno.EINVAL, errno.ENOTSUP, errno.EBADF)):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _complete_checkpoint(folder: Path) -> Path:
+    """The folder to read the checkpoint `folder` from, once it is known to be complete."""
+    if not folder.is_dir():
+        for path, name, kind, _, _ in _leftovers(folder.parent):
+            if name == folder.name and kind == "old" and (path / _MARK_FILE).is_file():
+                logger.warning(f"Checkpoint {str(folder)!r}: a save died while replacing it; loading {str(path)!r}")
+                return path
+        raise FileNotFoundError(f"Checkpoint folder {str(folder)!r} does not exist (or is not a folder)")
+    mark = folder / _MARK_FILE
+    if not mark.is_file():
+        raise IncompleteCheckpointError(
+            f"Checkpoint folder {str(folder)!r} is incomplete: it has no {_MARK_FILE!r}, the mark a save writes "
+            "last, so the save that wrote it was interrupted, or it was saved before checkpoints had marks (by an "
+            "earlier version, or popxl-addons). Load the previous checkpoint instead; if you know this one is "
+            "whole, mark it once with "
+            f"popxl_addons.core.task_session.mark_checkpoint_complete({str(folder)!r})."
+        )
+    try:
+        version = json.loads(mark.read_text()).get("format_version")
+    except (ValueError, AttributeError):
+        version = None
+    if version != _FORMAT_VERSION:
+        raise ValueError(
+            f"Checkpoint folder {str(folder)!r}: {_MARK_FILE!r} names format {version!r}, not {_FORMAT_VERSION}"
+        )
+    return folder
+
+
+def _check_replaceable(folder: Path) -> None:
+    """Refuse to replace anything but a checkpoint (or an empty folder), which saving to a used path would."""
+    if folder.is_dir():
+        entries = {p.name for p in folder.iterdir()}
+        if not entries or entries & {_MARK_FILE, _SESSION_FILE, "model"}:
+            return
+    raise FileExistsError(f"Cannot save a checkpoint to {str(folder)!r}: it exists and is not a checkpoint folder")
+
+
+def _move_into_place(partial: Path, folder: Path) -> None:
+    if folder.exists() or folder.is_symlink():
+        # Old aside, new in, old deleted: a crash between the renames leaves the old one, which loads find.
+        old = _leftover_path(folder, "old")
+        os.replace(folder, old)
+        try:
+            os.replace(partial, folder)
+        except BaseException:
+            os.replace(old, folder)
+            raise
+        _fsync(folder.parent)
+        _discard(old)
+    else:
+        os.replace(partial, folder)
+        _fsync(folder.parent)
+
+
+def _delete_checkpoint(folder: Path) -> None:
+    # Renamed away first so that a crash while deleting leaves no half-deleted folder at a checkpoint's path.
+    try:
+        if folder.exists():
+            trash = _leftover_path(folder, "trash")
+            os.replace(folder, trash)
+            _discard(trash)
+    except OSError as e:
+        logger.warning(f"Could not delete the old checkpoint {str(folder)!r}: {e}")
+
+
+def _discard(folder: Path) -> None:
+    # The mark goes first: a folder left half-deleted is never loaded.
+    with contextlib.suppress(OSError):
+        (folder / _MARK_FILE).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _leftover_path(folder: Path, kind: str) -> Path:
+    return folder.parent / f".{folder.name}.{kind}-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _leftovers(parent: Path) -> list[tuple[Path, str, str, str, int]]:
+    """The leftovers of saves in `parent`: (path, checkpoint name, kind, host, process id)."""
+    if not parent.is_dir():
+        return []
+    found = []
+    for path in sorted(parent.iterdir()):
+        m = _LEFTOVER.fullmatch(path.name)
+        if m is not None and path.is_dir():
+            found.append((path, m["name"], m["kind"], m["host"], int(m["pid"])))
+    return found
+
+
+def _clean_leftovers(parent: Path) -> None:
+    """Delete the leftovers of saves whose process is gone, putting back a replaced checkpoint left aside."""
+    for path, name, kind, host, pid in _leftovers(parent):
+        if _may_be_saving(host, pid):
+            continue
+        folder = parent / name
+        if kind == "old" and not (folder.exists() or folder.is_symlink()) and (path / _MARK_FILE).is_file():
+            os.replace(path, folder)
+            logger.warning(f"Checkpoint {str(folder)!r}: a save died while replacing it; put the previous one back")
+        else:
+            _discard(path)
+
+
+def _may_be_saving(host: str, pid: int) -> bool:
+    # Another host's processes cannot be checked, and this process's own saves are not its leftovers to judge.
+    if host != _HOST or pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
