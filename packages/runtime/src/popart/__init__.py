@@ -6,7 +6,8 @@ version string, the session options and some enums. This module, shipped with th
 runtime, offers exactly those, as the runtime's own objects:
 
 - `popart_exception`: the base class of the runtime's errors where popart raises
-  `popart_exception` (run-time index checks, autodiff, popxl-addons' pattern checks).
+  `popart_exception` (run-time index checks, autodiff, popxl-addons' pattern checks), and
+  `OutOfMemoryException`, raised for a program that does not fit the machine's memory.
 - `versionString()`: the version of the popxl-xla runtime (not a popart version).
 - `SessionOptions`: the options `ir._pb_ir.getSessionOptions()` returns (`popxl.Ir.session_options`).
 - `CommGroup`, `CommGroupType`, `TileSet`, `ExecutionContext`, `TensorStorage`,
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import importlib.metadata as _metadata
 
+from popxl.errors import OutOfMemoryError as OutOfMemoryException
 from popxl.errors import popart_exception
 from popxl.ir import SessionOptions
 from popxl.ops.collectives import CommGroup, CommGroupType
@@ -40,7 +42,8 @@ def __getattr__(name: str) -> object:
         raise AttributeError(name)
     raise AttributeError(
         f"popart.{name} is not available: this `popart` module is the popxl-xla runtime's small stand-in "
-        "(popart_exception, versionString, SessionOptions and a few enums), not Graphcore's popart"
+        "(popart_exception, OutOfMemoryException, versionString, SessionOptions and a few enums), "
+        "not Graphcore's popart"
     )
 
 
@@ -48,6 +51,7 @@ __all__ = [
     "CommGroup",
     "CommGroupType",
     "ExecutionContext",
+    "OutOfMemoryException",
     "ReplicatedTensorSharding",
     "SessionOptions",
     "TensorStorage",

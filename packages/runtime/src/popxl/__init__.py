@@ -48,7 +48,7 @@ from popxl.dtypes import (
     uint32,
     uint64,
 )
-from popxl.errors import OutOfRangeError
+from popxl.errors import OutOfMemoryError, OutOfRangeError
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
@@ -80,6 +80,7 @@ __all__ = [
     "complex128",
     "complex64",
     "Constant",
+    "OutOfMemoryError",
     "OutOfRangeError",
     "DeviceToHostStream",
     "Graph",

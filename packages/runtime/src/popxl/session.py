@@ -34,6 +34,10 @@ class Session:
     None picks the environment variable POPXL_REMOTE_MEMORY if set, else
     "host" wherever the device has such memory.
 
+    Attaching and each run are refused with `popxl.OutOfMemoryError`, before
+    anything is allocated, where the machine's memory cannot hold them
+    (`check_memory`).
+
     A variable created from an `np.memmap` keeps its host value in the map:
     `get_tensor_data` returns the map itself and `weights_to_host` writes into
     it and flushes it; with a read-only map, weights never go to the host (as
@@ -229,6 +233,16 @@ class Session:
         """
         self._require_attached("memory_analysis")
         return self._program.memory(self._state, self._validated_inputs(dict(inputs or {})))
+
+    def check_memory(self, inputs: Mapping[HostToDeviceStream, Any] | None = None) -> None:
+        """Raise `popxl.OutOfMemoryError` if a run with these inputs would not fit the memory this machine has.
+
+        Every run checks this first (and every attach, for the state): the
+        error gives the bytes needed and available, the largest buffers by
+        name and what to change. `POPXL_MEMORY_CHECK=0` turns the checks off.
+        """
+        self._require_attached("check_memory")
+        self._program.require_fit(self._state, self._validated_inputs(dict(inputs or {})))
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the host value of `tensor` (and the device value when attached)."""

@@ -152,7 +152,9 @@ def execute(
             write(parent, v)
 
     for op in graph.ops:
-        lowered = op.opdef.lower(ctx, op.attrs, *(value(t) for t in op.inputs))
+        # The op's name scope names what XLA computes for it (out-of-memory errors list the largest).
+        with jax.named_scope(op.outputs[0].name if op.outputs else op.name):
+            lowered = op.opdef.lower(ctx, op.attrs, *(value(t) for t in op.inputs))
         n = len(op.outputs)
         modifies = op.modifies
         unaliased = sorted(i for i, out in modifies.items() if out is None)

@@ -15,11 +15,13 @@ import numpy as np
 # JAX's dead-code elimination of jaxprs, which cuts the check program from the step's trace, has no public name.
 from jax._src.interpreters import partial_eval
 
-from popxl.errors import OutOfRangeError
+from popxl.errors import OutOfMemoryError, OutOfRangeError
 from popxl.ir import Ir
+from popxl.lowering import fit
 from popxl.lowering.aliasing import Aliasing
+from popxl.lowering.cache import use_engine_cache
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
-from popxl.lowering.memory import memory_figures
+from popxl.lowering.memory import Footprint
 from popxl.lowering.placement import ReplicaPlacement
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.state import State, StateLayout, buffer_key, merged
@@ -34,6 +36,15 @@ HOST_MEMORY = "pinned_host"
 REMOTE_MEMORY_VARIABLE = "POPXL_REMOTE_MEMORY"
 
 _IPU_NAMES = ("ipu_hw", "ipu_model")
+_ADVICE = (
+    "To fit: serialise over more steps (batch_serialise's `steps`) so that each holds a smaller micro-batch, "
+    "run fewer samples per run (num_host_transfers, the micro-batch size), or, on an accelerator, keep remote "
+    'buffers and stream data in host memory (Session(remote_memory="host")).'
+)
+_STATE_ADVICE = (
+    "To fit: fewer or smaller variables and remote buffers (fewer entries, or sharded over replicas), or, on "
+    'an accelerator, remote buffers in host memory (Session(remote_memory="host")).'
+)
 _warned_no_ipu = False
 
 
@@ -70,6 +81,7 @@ class Program:
         if remote_memory not in (None, *MEMORY_KINDS):
             raise ValueError(f"remote_memory must be None, 'host' or 'device', got {remote_memory!r}")
         self.ir = ir
+        use_engine_cache(ir.session_options.enableEngineCaching, ir.session_options.cachePath)
         self.replicas = ir.replication_factor
         ops = [op for g in reachable_graphs(ir.main_graph) for op in g.ops]
         _check_ops(ops)
@@ -197,8 +209,25 @@ class Program:
         return written, outputs, world.check_state
 
     def init_state(self, host: Mapping[Variable, np.ndarray[Any, Any]]) -> State:
-        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries)."""
-        return self.state.initial(host, self.placement, self.buffer_memory_kind)
+        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries).
+
+        Refused with `OutOfMemoryError` before anything is allocated where the machine cannot hold it.
+        """
+        devices = len(self.replica_devices or [self.device])
+        held = [
+            fit.Buffer(name, nbytes // devices, "device" if kind is None else "host")
+            for name, nbytes, kind in self.state.sizes(self.buffer_memory_kind, self.placement.local_replicas)
+        ]
+        allocations = {m: sum(b.nbytes for b in held if b.memory == m) for m in ("device", "host")}
+        what = "Attaching the Session (its variables and remote buffers)"
+        fit.require_fit(what, self.device, allocations, lambda: held, _STATE_ADVICE)
+        return self._translating_oom(
+            what,
+            allocations,
+            lambda: held,
+            lambda: self.state.initial(host, self.placement, self.buffer_memory_kind),
+            _STATE_ADVICE,
+        )
 
     def with_variables(self, state: State, host: Mapping[Variable, np.ndarray[Any, Any]]) -> State:
         """`state` with the given variables replaced from host values."""
@@ -220,10 +249,16 @@ class Program:
         is the one given and there are no outputs)."""
         arguments = self._arguments(state, inputs)
         compiled = self._compile(arguments)
+        self._require_fit(compiled, arguments)
         failure = self._failed_check(compiled, arguments)
         if failure is not None:
             return state, {}, failure
-        written, outputs = compiled.step(*arguments)[:2]
+        written, outputs = self._translating_oom(
+            "Session.run",
+            compiled.footprint.allocations(),
+            lambda: self._largest(compiled, arguments),
+            lambda: compiled.step(*arguments),
+        )[:2]
         # A run returns once the device has finished it, as in popxl, outputs or not, and once what it
         # prints (callbacks to the host, which JAX runs apart from the step) is printed.
         jax.block_until_ready(written)
@@ -238,7 +273,8 @@ class Program:
         key = (tree, tuple((a.shape, a.dtype, a.sharding) for a in leaves), self.ir.num_host_transfers)
         if key not in self._compiled:
             traced = self._step.trace(*arguments)
-            compiled = _Compiled(traced, traced.lower().compile())
+            executable = traced.lower().compile()
+            compiled = _Compiled(traced, executable, Footprint(executable, arguments))
             compiled.prints = _has_host_callbacks(traced.jaxpr.jaxpr)
             if self.sites is not None:
                 compiled.checks, compiled.check_inputs = self._check_program(traced, arguments)
@@ -290,18 +326,61 @@ class Program:
     def memory(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, int]:
         """Device and host bytes of the compiled step, and XLA's figures (see `memory_figures`)."""
         arguments = self._arguments(state, inputs)
-        return memory_figures(self._compile(arguments).step, arguments)
+        return self._compile(arguments).footprint.figures()
+
+    def require_fit(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> None:
+        """Raise `OutOfMemoryError` if a run with these inputs would allocate more than the machine has."""
+        arguments = self._arguments(state, inputs)
+        self._require_fit(self._compile(arguments), arguments)
+
+    def _require_fit(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> None:
+        allocations = compiled.footprint.allocations()
+        fit.require_fit("Session.run", self.device, allocations, lambda: self._largest(compiled, arguments), _ADVICE)
+
+    def _largest(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> list[fit.Buffer]:
+        """The largest buffers of a run: its state and stream data by name, and the largest values XLA computes."""
+        written, readonly, inputs = arguments
+        held = [
+            fit.Buffer.of_array(self.state.entry_name(part, key), a)
+            for state in (written, readonly)
+            for part, entries in state.items()
+            for key, a in entries.items()
+        ]
+        held += [fit.Buffer.of_array(f"host stream {k!r} data", a) for k, a in inputs.items()]
+        return held + fit.largest_temporaries(compiled.step.as_text())
+
+    def _translating_oom(
+        self, what: str, allocations: dict[str, int], held: Any, action: Any, advice: str = _ADVICE
+    ) -> Any:
+        """`action()`, with XLA's own out-of-memory error (a GPU's) raised as the same `OutOfMemoryError`."""
+        try:
+            return action()
+        except jax.errors.JaxRuntimeError as e:
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            available = fit.device_available(self.device)
+            outcome = "XLA ran out of memory; state the run donated may be lost."
+            message = fit.out_of_memory_message(what, self.device, allocations, available, held, advice, outcome)
+            raise OutOfMemoryError(f"{message}\nXLA: {str(e).splitlines()[0]}") from e
 
     def _arguments(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> tuple[Any, ...]:
+        """The step's arguments: the state, and the inputs put where the step reads them (checked to fit first)."""
+        memory = "device" if self.stream_memory_kind is None else "host"
+        devices = len(self.replica_devices or [self.device])
+        held = [fit.Buffer(f"host stream {k!r} data", a.nbytes // devices, memory) for k, a in inputs.items()]
+        what = "Session.run, placing its host stream data,"
+        allocations = {memory: sum(b.nbytes for b in held)}
+        fit.require_fit(what, self.device, allocations, lambda: held, _ADVICE)
         return (*self.state.split(state), self._put_inputs(inputs))
 
 
 class _Compiled:
     """One layout's traced step, its executable and its check program (with the flat arguments it takes)."""
 
-    def __init__(self, traced: Any, step: Any) -> None:
+    def __init__(self, traced: Any, step: Any, footprint: Footprint) -> None:
         self.traced = traced
         self.step = step
+        self.footprint = footprint
         self.checks: Any = None
         self.check_inputs: list[bool] = []
         self.static_failure: str | None = None

@@ -17,6 +17,7 @@ The program and the Session ask the layer; nothing else tells variable kinds apa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -142,6 +143,24 @@ class StateLayout:
             "vars": {v.id: placement.put_all(rows[v.id]) for v in self.carried},
             "buffers": {buffer_key(b): placement.put_all(buffers[buffer_key(b)], memory_kind(b)) for b in self.buffers},
         }
+
+    def sizes(self, memory_kind: MemoryKindOf, replicas: int) -> list[tuple[str, int, str | None]]:
+        """What `initial` allocates for `replicas` replicas: a name, bytes and JAX memory kind per array."""
+        out: list[tuple[str, int, str | None]] = [
+            (self.entry_name("vars", v.id), replicas * math.prod(v.shape) * np.dtype(v.dtype.as_numpy()).itemsize, None)
+            for v in self.carried
+        ]
+        for b in self.buffers:
+            nbytes = replicas * b.entries * math.prod(b.tensor_shape) * np.dtype(b.tensor_dtype.as_numpy()).itemsize
+            out.append((self.entry_name("buffers", buffer_key(b)), nbytes, memory_kind(b)))
+        return out
+
+    def entry_name(self, part: str, key: str) -> str:
+        """A state entry as a user names it: the variable, or the remote buffer with its entries' shape."""
+        if part == "vars":
+            return f"variable {key!r}"
+        buffer = next(b for b in self.buffers if buffer_key(b) == key)
+        return f"remote buffer {buffer.remote_buffer_id} ({buffer.entries} x {buffer.tensor_shape})"
 
     def with_variables(
         self, state: State, host: Mapping[Variable, Array], placement: ReplicaPlacement, memory_kind: MemoryKindOf

@@ -105,23 +105,24 @@ class SerialisationPlan:
             other = estimate(self.figures, self.io_mode, {**self.policy, name: choice}, self.bandwidth)
             over = other.device_bytes > self.budget_bytes
             lines.append(
-                f"{choice}: {_size(other.device_bytes - base.device_bytes):>10} device, "
+                f"{choice + ':':<10} {_size(other.device_bytes - base.device_bytes):>10} device, "
                 f"{other.seconds - base.seconds:+.3g} s" + (" (over budget)" if over else "")
             )
         return lines
 
     def explain(self) -> str:
         """Why each activation got its choice, and what the next plan would have cost."""
+        # Short lines, one figure each where they would run long, so that the explanation reads in a log.
         lines = [
-            f"steps={self.steps}, io_mode={self.io_mode}: predicted {_size(self.predicted_device_bytes)} and "
-            f"{self.predicted_seconds:.3g} s; compiled {_size(self.measured_device_bytes)} "
-            f"(budget {_size(self.budget_bytes)})",
+            f"steps={self.steps}, io_mode={self.io_mode}, for a budget of {_size(self.budget_bytes)}:",
+            f"  predicted {_size(self.predicted_device_bytes)} and {self.predicted_seconds:.3g} s; "
+            f"compiled {_size(self.measured_device_bytes)}",
             f"host bandwidth {self.bandwidth / 1e9:.3g} GB/s; one micro-batch step {self.figures.seconds:.3g} s",
         ]
         sizes = {**self.figures.input_bytes, **self.figures.activation_bytes}
         for name, choice in sorted(self.policy.items()):
-            others = "; ".join(self._alternatives(name))
-            lines.append(f"  {name} ({_size(sizes[name])} a step): {choice}; instead {others}")
+            lines.append(f"  {name} ({_size(sizes[name])} a step): {choice}; instead")
+            lines.extend(f"    {other}" for other in self._alternatives(name))
         for e, measured in self.rejected:
             lines.append(
                 f"rejected steps={e.steps}, {e.io_mode}, {_policy(e.policy)}: predicted {_size(e.device_bytes)}, "
@@ -288,7 +289,8 @@ def plan_batch_serialisation(
     whole global batch, split along `batch_axis` into `steps` micro-batches
     (`steps_choices`, default every divisor of the batch). `bandwidth` (bytes
     per second to host and back) is measured once when not given. `progress`
-    receives one line per stage. Raises ValueError when no plan fits.
+    receives one line per stage. Raises ValueError when no plan fits the budget, and `popxl.OutOfMemoryError`
+    when this machine's memory cannot run the planner's programs or the plans that fit.
     """
     unknown = [m for m in io_modes if m not in IO_MODES]
     if unknown or not io_modes:
@@ -303,7 +305,12 @@ def plan_batch_serialisation(
         raise ValueError(f"steps_choices {bad} do not divide the global batch of {batch} (axis {batch_axis})")
     say = progress or (lambda line: None)
     rate = bandwidth if bandwidth is not None else host_bandwidth(device)
-    figures = calibrate(make_module, input_spec, batch_axis, choices, io_modes, device, say)
+    try:
+        figures = calibrate(make_module, input_spec, batch_axis, choices, io_modes, device, say)
+    except popxl.OutOfMemoryError as e:
+        raise popxl.OutOfMemoryError(
+            f"No plan can be measured: the planner's all-host program does not fit this machine.\n{e}"
+        ) from e
     window = int((budget + max_held(figures)) / (1 - MODEL_ERROR))
     near, smallest = search(figures, io_modes, rate, budget, window)
     near = [e for e in near if _may_fit(e, {}, budget)]
@@ -317,15 +324,24 @@ def plan_batch_serialisation(
     fastest_fit = next((i for i, e in enumerate(remaining) if e.device_bytes <= budget), len(remaining))
     remaining = remaining[:fastest_fit] + [e for e in remaining if e.device_bytes <= budget]
     near_tries = 0
-    while remaining and len(rejected) < MAX_COMPILES:
+    # Plans this machine's memory cannot run at all (popxl refuses them before they run), with the last refusal.
+    too_large: list[Estimate] = []
+    refusal: popxl.OutOfMemoryError | None = None
+    while remaining and len(rejected) + len(too_large) < MAX_COMPILES:
         candidate = remaining.pop(0)
         if candidate.device_bytes > budget:
             if near_tries == MAX_COMPILES - 1:
                 continue
             near_tries += 1
         spec = micro_batch_spec(input_spec, candidate.steps, batch_axis)
-        program = serialised_program(make_module, spec, candidate.steps, candidate.io_mode, candidate.policy)
-        measured = int(measure(program, device)["device_bytes"])
+        try:
+            program = serialised_program(make_module, spec, candidate.steps, candidate.io_mode, candidate.policy)
+            measured = int(measure(program, device)["device_bytes"])
+        except popxl.OutOfMemoryError as e:
+            too_large.append(candidate)
+            refusal = e
+            say(f"plan steps={candidate.steps} {candidate.io_mode} does not fit this machine's memory")
+            continue
         say(f"compiled plan {len(rejected) + 1}: steps={candidate.steps} {candidate.io_mode}: {_size(measured)}")
         if measured <= budget:
             fig = next(f for f in figures if f.steps == candidate.steps)
@@ -348,5 +364,10 @@ def plan_batch_serialisation(
         key = _kind(candidate)
         scale[key] = max(scale.get(key, 0.0), measured / candidate.device_bytes)
         remaining = [e for e in remaining if _may_fit(e, scale, budget)]
+    if not rejected:
+        raise popxl.OutOfMemoryError(
+            f"No plan fits this machine: the {len(too_large)} plan(s) compiled fit the device budget, but the "
+            f"machine's memory cannot run them. The last:\n{refusal}"
+        )
     best_rejected = min(rejected, key=lambda r: r[1])
     raise _nothing_fits(best_rejected[0], budget, best_rejected[1])

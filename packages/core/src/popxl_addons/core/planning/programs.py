@@ -18,6 +18,7 @@ import numpy as np
 
 import popxl
 from popxl import ops
+from popxl.lowering import fit
 from popxl.transforms import ExpectedConnectionType
 from popxl_addons.core.autodiff import autodiff_with_accumulation
 from popxl_addons.core.batch_serialisation import batch_serialise_fwd_and_grad
@@ -91,9 +92,27 @@ def _graphs(make_module: Callable[[], Module], spec: popxl.TensorSpec) -> _Graph
 def _feeds(
     streams: list[popxl.HostToDeviceStream], transfers: int, seed: int = 0
 ) -> dict[popxl.HostToDeviceStream, Array]:
-    rng = np.random.default_rng(seed)
+    """Random normal data for each stream, made in its dtype (float32 draws for narrower floats).
+
+    Refused with `popxl.OutOfMemoryError` before anything is drawn where the host cannot hold it.
+    """
     lead = (transfers,) if transfers > 1 else ()
-    return {s: rng.normal(size=(*lead, *s.shape)).astype(s.dtype.as_numpy()) for s in streams}
+    sizes = {s: math.prod((*lead, *s.shape)) * s.dtype.as_numpy().itemsize for s in streams}
+    available = fit.host_available()
+    if available is not None and sum(sizes.values()) > available:
+        largest = "\n".join(f"  {fit.format_bytes(n):>9}  stream {s.tensor_id!r}" for s, n in sizes.items())
+        raise popxl.OutOfMemoryError(
+            f"The planner's input data would take {fit.format_bytes(sum(sizes.values()))} of host memory, but this "
+            f"machine has {fit.format_bytes(available)} available. Nothing was run.\n{largest}\nTo fit: a smaller "
+            "global batch or input shape."
+        )
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in streams:
+        dtype = s.dtype.as_numpy()
+        draw = dtype if dtype in (np.float32, np.float64) else np.float32
+        out[s] = rng.standard_normal(size=(*lead, *s.shape), dtype=draw).astype(dtype, copy=False)
+    return out
 
 
 def _new_ir() -> popxl.Ir:
@@ -190,10 +209,12 @@ def measure(program: StepProgram, device: str, timed: bool = False) -> dict[str,
     one run (the best of three, compiled beforehand).
 
     Measured in a Session with remote memory on the host, whatever its default: the planner plans for
-    host streams and host buffers."""
+    host streams and host buffers. Raises `popxl.OutOfMemoryError` where this machine cannot run it."""
     session = popxl.Session(program.ir, device, remote_memory="host")
     with session:
         figures: dict[str, float] = dict(session.memory_analysis(program.feeds))
+        # A program this machine cannot run is refused here, whether or not it is run.
+        session.check_memory(program.feeds)
         if timed:
             session.run(program.feeds)
             runs = []

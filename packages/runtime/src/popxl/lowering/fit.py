@@ -1,0 +1,254 @@
+"""Whether a compiled program fits the memory the machine has, checked before anything runs.
+
+A program too large for memory must end with one clear error, never a kill by
+the OS: on a CPU, XLA takes its temporaries from the process's memory and the
+OS kills the process once the pages are touched; on a GPU, XLA raises its own
+`RESOURCE_EXHAUSTED`. So before a Session attaches (allocating its state) and
+before each run, the bytes it is about to allocate are compared with what is
+available:
+
+- a run allocates XLA's temporaries and every output that does not update a
+  donated argument in place, per memory (device, host);
+- attaching allocates the state (variables, remote buffers) where it lives.
+
+What is available: on a GPU, the device's free bytes as XLA reports them; for
+host memory (and a CPU device, whose memory is host memory), what the OS makes
+available (`MemAvailable`), within the process's cgroup limit. Where neither
+can be read, nothing is checked. `POPXL_MEMORY_CHECK=0` turns the check off
+(for machines that swap, say).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from popxl.errors import OutOfMemoryError
+from popxl.lowering.memory import memory_of, per_device_bytes
+
+CHECK_VARIABLE = "POPXL_MEMORY_CHECK"
+# How many of the largest buffers an error names.
+_NAMED = 5
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(n: float) -> str:
+    """`n` bytes in binary units to three significant digits ("24 B", "1.50 KiB", "8.00 GiB")."""
+    unit = 0
+    while abs(n) >= 1024 and unit < len(_UNITS) - 1:
+        n /= 1024
+        unit += 1
+    if unit == 0:
+        return f"{int(n)} B"
+    digits = 0 if n >= 100 else 1 if n >= 10 else 2
+    return f"{n:.{digits}f} {_UNITS[unit]}"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One named buffer a program holds or allocates: what it is, its bytes per device and its memory."""
+
+    name: str
+    nbytes: int
+    memory: str
+
+    @classmethod
+    def of_array(cls, name: str, array: jax.Array) -> Buffer:
+        """A device array as a named buffer."""
+        return cls(name, per_device_bytes(array.shape, array.dtype, array.sharding), memory_of(array.sharding))
+
+
+# ---------------------------------------------------------------------------------------------- availability
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_available() -> int | None:
+    """Bytes the process's memory cgroups still allow (v2 or v1, the tightest level), or None where none limits."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    root = Path("/sys/fs/cgroup")
+    found: list[int] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: the unified hierarchy
+            names, base = ("memory.max", "memory.current"), root
+        elif "memory" in controllers.split(","):
+            names, base = ("memory.limit_in_bytes", "memory.usage_in_bytes"), root / "memory"
+        else:
+            continue
+        for folder in _levels(base, Path(path.lstrip("/"))):
+            limit, usage = _read_int(folder / names[0]), _read_int(folder / names[1])
+            if limit is not None and usage is not None and limit < 1 << 60:
+                found.append(max(0, limit - usage + _reclaimable(folder)))
+    return min(found) if found else None
+
+
+def _levels(base: Path, path: Path) -> list[Path]:
+    """The folders of a cgroup and its ancestors up to the mount. A container often mounts its own cgroup
+    as the root while /proc/self/cgroup names it from the host's: the longest tail of `path` that exists
+    below `base` is taken as the process's."""
+    parts = path.parts
+    for start in range(len(parts) + 1):
+        if (base / Path(*parts[start:])).is_dir():
+            tail = parts[start:]
+            return [base / Path(*tail[:n]) for n in range(len(tail), -1, -1)]
+    return [base]
+
+
+def _reclaimable(folder: Path) -> int:
+    """The cgroup's inactive file cache, which its usage counts but the kernel reclaims before it kills."""
+    try:
+        stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines())
+    except (OSError, ValueError):
+        return 0
+    for key in ("total_inactive_file", "inactive_file"):
+        if stat.get(key, "").isdigit():
+            return int(stat[key])
+    return 0
+
+
+def host_available() -> int | None:
+    """Bytes of host memory this process can still allocate without the OS killing it, or None if unknown."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        meminfo = ""
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
+    figures = [int(found.group(1)) * 1024] if found else []
+    cgroup = _cgroup_available()
+    if cgroup is not None:
+        figures.append(cgroup)
+    return min(figures) if figures else None
+
+
+def device_available(device: Any) -> int | None:
+    """Free bytes of an accelerator's own memory as XLA reports them; None for a CPU or where unreported."""
+    if device.platform == "cpu":
+        return None
+    stats = device.memory_stats() or {}
+    if "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+
+
+def check_enabled() -> bool:
+    """Whether programs are checked against the machine's memory before they run."""
+    return os.environ.get(CHECK_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+# ---------------------------------------------------------------------------------------------- the check
+
+
+Held = Callable[[], Iterable[Buffer]]
+
+
+def require_fit(what: str, device: Any, allocations: dict[str, int], held: Held, advice: str) -> None:
+    """Raise `OutOfMemoryError` if `allocations` (new bytes per memory) exceed what `device`'s machine has.
+
+    `held()` lists the buffers involved, of which the message names the largest; `advice` says what to change.
+    """
+    if not check_enabled():
+        return
+    short, available = _shortfall(device, allocations)
+    if short:
+        raise OutOfMemoryError(out_of_memory_message(what, device, allocations, available, held, advice))
+
+
+def _shortfall(device: Any, allocations: dict[str, int]) -> tuple[bool, int | None]:
+    """Whether a memory is short of `allocations`, and the bytes available in it."""
+    host = host_available()
+    if device.platform == "cpu":
+        # A CPU device's memory is the host's: both allocations come from it.
+        return host is not None and sum(allocations.values()) > host, host
+    on_device = device_available(device)
+    if on_device is not None and allocations.get("device", 0) > on_device:
+        return True, on_device
+    return host is not None and allocations.get("host", 0) > host, host
+
+
+def out_of_memory_message(
+    what: str,
+    device: Any,
+    allocations: dict[str, int],
+    available: int | None,
+    held: Held,
+    advice: str,
+    outcome: str = "Nothing was run or changed.",
+) -> str:
+    """The one error a program that does not fit gets: needed and available bytes, its largest buffers, advice."""
+    parts = " and ".join(f"{format_bytes(b)} of {m} memory" for m, b in allocations.items() if b)
+    where = "this machine" if device.platform == "cpu" else f"{device}"
+    have = "an unknown amount" if available is None else format_bytes(available)
+    lines = textwrap.wrap(f"{what} would allocate {parts or '0 B'}, but {where} has {have} available. {outcome}")
+    largest = sorted(held(), key=lambda b: b.nbytes, reverse=True)[:_NAMED]
+    if largest:
+        lines.append("Largest buffers:")
+        lines += [f"  {format_bytes(b.nbytes):>9}  {b.memory:<6}  {b.name}" for b in largest]
+    return "\n".join([*lines, *textwrap.wrap(advice)])
+
+
+# ---------------------------------------------------------------------------------------------- XLA's buffers
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*(\w+)\[([\d,]*)\][^=]*?\s(\S+?)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(\S+)\s.*\{\s*$")
+_CALLS = re.compile(r"calls=%([\w.\-]+)")
+_NOT_ALLOCATED = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "copy-start", "copy-done"}
+
+
+def largest_temporaries(hlo: str, count: int = _NAMED) -> list[Buffer]:
+    """The largest values a compiled program's HLO computes outside fusions, named by the popxl op behind them.
+
+    XLA reports its temporaries as one figure; the values named here are what
+    they hold (each once, though a loop reuses its body's).
+    """
+    fused = set(_CALLS.findall(hlo))
+    found: dict[str, Buffer] = {}
+    computation = ""
+    for line in hlo.splitlines():
+        header = _COMPUTATION.match(line)
+        if header:
+            computation = header.group(1)
+            continue
+        match = _INSTRUCTION.match(line)
+        if match is None or computation in fused or match.group(3) in _NOT_ALLOCATED:
+            continue
+        dtype, dims, _ = match.groups()
+        try:
+            itemsize = jax.numpy.dtype(_HLO_DTYPES.get(dtype, dtype)).itemsize
+        except TypeError:
+            continue
+        nbytes = math.prod(int(d) for d in dims.split(",") if d) * itemsize
+        op_name = _OP_NAME.search(line)
+        name = _scope(op_name.group(1)) if op_name else ""
+        key = name or f"{dtype}[{dims}]"
+        if key not in found or found[key].nbytes < nbytes:
+            found[key] = Buffer(f"{key} {dtype}[{dims}] (computed)", nbytes, "device")
+    return sorted(found.values(), key=lambda b: b.nbytes, reverse=True)[:count]
+
+
+_HLO_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "pred": "bool"}
+_HLO_DTYPES |= {f"s{n}": f"int{n}" for n in (8, 16, 32, 64)} | {f"u{n}": f"uint{n}" for n in (8, 16, 32, 64)}
+
+
+def _scope(op_name: str) -> str:
+    """The popxl scopes of an XLA op name: its path less JAX's own parts and the primitive."""
+    parts = [p for p in op_name.split("/")[:-1] if "(" not in p and p not in ("while", "body", "cond")]
+    return "/".join(parts)

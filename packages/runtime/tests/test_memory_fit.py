@@ -1,0 +1,123 @@
+"""A program that does not fit the machine's memory is refused before it runs, with one clear error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import popart
+import popxl
+from popxl import ops
+from popxl.lowering import fit
+
+WORKER = Path(__file__).with_name("memory_worker.py")
+
+
+def _worker(mode: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != fit.CHECK_VARIABLE}
+    return subprocess.run(
+        [sys.executable, str(WORKER), mode], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+
+
+@pytest.mark.skipif(fit.host_available() is None, reason="this machine's available memory cannot be read")
+@pytest.mark.parametrize("mode", ["run", "attach"])
+def test_too_large_for_this_machine_ends_with_the_error(mode: str) -> None:
+    # Sized in the worker from the memory available there and then: 1.5 times it, so it cannot fit by luck.
+    done = _worker(mode)
+    assert done.returncode == 3, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    message = done.stdout
+    assert "but this machine has" in message and "available" in message
+    assert "Largest buffers:" in message and "To fit:" in message
+    assert ("matmul_out" in message) if mode == "run" else ("remote buffer" in message)
+    assert all(len(line) <= 80 for line in message.splitlines())
+
+
+def _small_program() -> tuple[popxl.Ir, popxl.HostToDeviceStream, popxl.Variable]:
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        x = popxl.h2d_stream((64, 64), popxl.float32, name="x")
+        v = popxl.variable(np.zeros((64, 64), np.float32), name="v")
+        xv = ops.host_load(x)
+        ops.var_updates.accumulate_(v, ops.gelu(ops.matmul(xv, xv)))
+    return ir, x, v
+
+
+def test_refused_run_changes_nothing_and_the_check_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    ir, x, v = _small_program()
+    feeds = {x: np.ones((64, 64), np.float32)}
+    with popxl.Session(ir, "cpu") as session:
+        session.run(feeds)
+        before = session.get_tensor_data(v).copy()
+        monkeypatch.setattr(fit, "host_available", lambda: 1000)
+        with pytest.raises(popxl.OutOfMemoryError, match="has 1000 B available") as caught:
+            session.run(feeds)
+        assert isinstance(caught.value, popart.OutOfMemoryException)
+        assert isinstance(caught.value, popart.popart_exception)
+        with pytest.raises(popxl.OutOfMemoryError):
+            session.check_memory(feeds)
+        np.testing.assert_array_equal(session.get_tensor_data(v), before)  # nothing ran: the same bytes
+        monkeypatch.setenv(fit.CHECK_VARIABLE, "0")
+        session.run(feeds)
+        assert not np.array_equal(session.get_tensor_data(v), before)
+
+
+def test_refused_attach_allocates_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    ir, _, _ = _small_program()
+    monkeypatch.setattr(fit, "host_available", lambda: 100)
+    session = popxl.Session(ir, "cpu")
+    with pytest.raises(popxl.OutOfMemoryError, match=r"variable 'v'") as caught:
+        session.__enter__()
+    assert "16.0 KiB" in str(caught.value)  # 64 x 64 float32
+    assert not session.is_attached
+
+
+def test_xlas_own_out_of_memory_error_becomes_the_same_error() -> None:
+    # A GPU's allocator raises RESOURCE_EXHAUSTED inside XLA; this CPU's never does, so the step is replaced.
+    ir, x, _ = _small_program()
+    feeds = {x: np.ones((64, 64), np.float32)}
+    with popxl.Session(ir, "cpu") as session:
+        session.run(feeds)
+        (compiled,) = session._program._compiled.values()
+
+        class Exhausted:
+            """The compiled step, but running it fails as a GPU's allocator does."""
+
+            def __init__(self, step: object) -> None:
+                self.as_text = step.as_text  # type: ignore[attr-defined]
+
+            def __call__(self, *args: object) -> None:
+                raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.0GiB.")
+
+        compiled.step = Exhausted(compiled.step)
+        with pytest.raises(popxl.OutOfMemoryError, match="XLA: RESOURCE_EXHAUSTED") as caught:
+            session.run(feeds)
+        assert "Largest buffers:" in str(caught.value)
+
+
+def test_largest_temporaries_are_named_by_the_op_that_makes_them() -> None:
+    def step(x: jax.Array) -> jax.Array:
+        with jax.named_scope("wide"):
+            y = jax.numpy.outer(x, x)
+        with jax.named_scope("narrow"):
+            z = jax.numpy.tanh(x) @ y
+        return z @ y
+
+    hlo = jax.jit(step).lower(np.ones(256, np.float32)).compile().as_text()
+    largest = fit.largest_temporaries(hlo)
+    assert largest[0].name.startswith("wide f32[256,256]")
+    assert largest[0].nbytes == 256 * 256 * 4
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(0, "0 B"), (24, "24 B"), (1023, "1023 B"), (1536, "1.50 KiB"), (15 << 20, "15.0 MiB"), (300 << 30, "300 GiB")],
+)
+def test_format_bytes(n: int, text: str) -> None:
+    assert fit.format_bytes(n) == text
