@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from popxl.graph import Graph, trace
+from popxl.lowering.cache import cache_dir_from_environment
 from popxl.replica_grouping import ReplicaGrouping
 
 
@@ -24,12 +25,13 @@ class SessionOptions:
         # Whether a float8 op's log2 scale outside [-32, 32) fails the run.
         self.throwIfLog2ScaleTensorNotInRange = True
         # Poplar engine options and popart's IPU memory and compilation knobs: recorded, with no effect off an IPU
-        # (XLA chooses its own memory layout, aliasing and caching).
+        # (XLA chooses its own memory layout and aliasing).
         self.engineOptions: dict[str, str] = {}
         self.aliasZeroCopy = False
-        self.enableEngineCaching = False
-        self.cachePath = ""
         self.useHostCopyOps = False
+        # Executables cached in cachePath (JAX's persistent compilation cache); set from POPXL_CACHE_DIR as popxl does.
+        self.cachePath = cache_dir_from_environment()
+        self.enableEngineCaching = bool(self.cachePath)
         # The replica layout of a launch across instances (popdist.popart.configureSessionOptions sets them).
         self.replicatedGraphCount = 1
         self.enableReplicatedGraphs = False
