@@ -89,8 +89,8 @@ def test_variable_factory_sources_dtypes_groupings_and_errors() -> None:
         np.testing.assert_array_equal(v.host_data, [[1, 1], [2, 2]])
         counter = iter(range(10))
         vf2 = VariableFactory(lambda: np.int32(next(counter)))
-        # The callable is called once as a check, then once per variable (the first draw is peeked).
-        assert [int(vf2.create_tensor().host_data) for _ in range(2)] == [1, 2]
+        # The callable is called once per variable: the first call, made here for the shape, is kept.
+        assert [int(vf2.create_tensor().host_data) for _ in range(2)] == [0, 1]
         sharded = VariableFactory(partial(np.zeros, (4, 2)), shard_over=4)
         assert sharded.shape == (2,) and sharded.meta_shape == (4, 2)
         with pytest.raises(ValueError, match="throws error"):

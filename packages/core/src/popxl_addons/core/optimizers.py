@@ -54,14 +54,25 @@ class AdamOptimizerStep(Module):
         else:
             moment = self.add_variable_input  # type: ignore[assignment]
             shape = var.shape
-        zeros = partial(np.zeros, shape)
-        first = moment("first_order", zeros, first_order_dtype, replica_grouping=replica_grouping, by_ref=True)
-        second = moment("second_order", zeros, popxl.float32, replica_grouping=replica_grouping, by_ref=True)
+        first = moment(
+            "first_order",
+            partial(np.zeros, shape, first_order_dtype.as_numpy()),
+            first_order_dtype,
+            replica_grouping=replica_grouping,
+            by_ref=True,
+        )
+        second = moment(
+            "second_order",
+            partial(np.zeros, shape, np.float32),
+            popxl.float32,
+            replica_grouping=replica_grouping,
+            by_ref=True,
+        )
         ops.var_updates.accumulate_moving_average_(first, grad, f=beta1)
         ops.var_updates.accumulate_moving_average_square_(second, grad, f=beta2)
         step = None
         if bias_correction:
-            step = self.add_variable_input("step", partial(np.zeros, ()), popxl.float32, by_ref=True)
+            step = self.add_variable_input("step", partial(np.zeros, (), np.float32), popxl.float32, by_ref=True)
         updater = ops.var_updates.adam_updater(
             first,
             second,

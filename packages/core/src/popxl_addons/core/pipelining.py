@@ -278,9 +278,11 @@ class Stash(Module):
         """Write `t` at the counter's entry of the stash, then advance the counter."""
         if stash_size <= 1:
             raise TypeError(f"Stash must be larger than 1. size={stash_size}, t={t}")
-        counter = self.add_variable_input("counter", partial(np.zeros, (1,)), popxl.uint32, by_ref=True)
+        counter = self.add_variable_input("counter", partial(np.zeros, (1,), np.uint32), popxl.uint32, by_ref=True)
         # popxl-addons stashes a scalar as shape (1,), so restores it as (1,); here it is restored as ().
-        stash = self.add_variable_input("stash", partial(np.zeros, (stash_size, *t.shape)), t.dtype, by_ref=True)
+        stash = self.add_variable_input(
+            "stash", partial(np.zeros, (stash_size, *t.shape), t.dtype.as_numpy()), t.dtype, by_ref=True
+        )
         t = t.reshape((1, *t.shape))
         ops.dynamic_update_(stash, counter, t, axes=[0], sizes=[1], no_overlap=True)
         ops.increment_mod_(counter, 1, stash_size)
@@ -292,7 +294,7 @@ class Restore(Module):
     @popxl.in_sequence()
     def build(self, stash: popxl.TensorByRef) -> popxl.Tensor:
         """The counter's entry of `stash`; the counter then advances."""
-        counter = self.add_variable_input("counter", partial(np.zeros, (1,)), popxl.uint32, by_ref=True)
+        counter = self.add_variable_input("counter", partial(np.zeros, (1,), np.uint32), popxl.uint32, by_ref=True)
         t = ops.dynamic_slice(stash, counter, axes=[0], sizes=[1], no_overlap=True)
         ops.increment_mod_(counter, 1, stash.shape[0])
         return t.reshape(t.shape[1:])

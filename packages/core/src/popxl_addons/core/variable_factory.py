@@ -6,7 +6,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,25 +21,31 @@ from popxl_addons.core.named_tensors import NamedTensors
 host_scalar_tensor_types: tuple[type, ...] = (float, int, bool, np.number, np.bool_, np.ndarray)
 
 
-def _draws(data_iter: Callable[[], Any] | Iterable[Any]) -> Iterator[Any]:
-    if callable(data_iter):
-        # One trial call, its result unused, as popxl-addons makes: seeded random data then match.
-        try:
-            data_iter()
-        except Exception as e:
-            raise ValueError(f"Passed callable via `data_iter` throws error: {e!r}") from e
-        fn = data_iter
-        return (fn() for _ in iter(int, 1))
-    if isinstance(data_iter, Iterable):
-        return iter(data_iter)
-    raise ValueError(f"`data_iter` must be a callable or an iterable, got {data_iter!r}")
+@runtime_checkable
+class SizedSource(Protocol):
+    """A callable data source that states the shape and dtype of what it returns (such as
+    `popxl_addons.layers.init.TruncatedNormal`): a factory then calls it only to make a variable."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    def __call__(self) -> Any: ...
+
+
+def _calls(fn: Callable[[], Any]) -> Iterator[Any]:
+    while True:
+        yield fn()
 
 
 class VariableFactory:
     """Creates one variable (or graph input) per use from a data source.
 
-    `data_iter` is a callable, called for each new variable, or an iterable
-    consumed one item per variable.
+    `data_iter` is a callable, called once per new variable, or an iterable
+    consumed one item per variable. The shape and dtype come from the first
+    item, drawn here and kept for the first variable, or, for a `SizedSource`,
+    from its `shape` and `dtype` without a draw (it is first called for the
+    first variable). Unlike popxl-addons, a callable is not called an extra
+    time as a check, so seeded random data differs from popxl-addons'.
     """
 
     def __init__(
@@ -51,13 +57,30 @@ class VariableFactory:
         replica_grouping: popxl.ReplicaGrouping | None = None,
         shard_over: int = 1,
     ) -> None:
-        self._draws = _draws(data_iter)
-        first = next(self._draws)
-        if not isinstance(first, host_scalar_tensor_types):
-            raise ValueError(f"`data_iter` must give NumPy arrays or scalars, got {type(first).__name__}")
-        self._peeked: list[Any] = [first]
-        data = np.asarray(first)
-        self.dtype = popxl.dtypes.as_dtype(dtype if dtype is not None else data)
+        self._peeked: list[Any] = []
+        found: Any  # what the dtype follows when `dtype` is not given: a NumPy dtype or the first item
+        if isinstance(data_iter, SizedSource):
+            self._draws = _calls(data_iter)
+            shape, found = tuple(data_iter.shape), np.dtype(data_iter.dtype)
+        else:
+            if callable(data_iter):
+                self._draws = _calls(data_iter)
+                # This call checks the callable, as popxl-addons' trial call does, and makes the first variable.
+                try:
+                    first = next(self._draws)
+                except Exception as e:
+                    raise ValueError(f"Passed callable via `data_iter` throws error: {e!r}") from e
+            elif isinstance(data_iter, Iterable):
+                self._draws = iter(data_iter)
+                first = next(self._draws)
+            else:
+                raise ValueError(f"`data_iter` must be a callable or an iterable, got {data_iter!r}")
+            if not isinstance(first, host_scalar_tensor_types):
+                raise ValueError(f"`data_iter` must give NumPy arrays or scalars, got {type(first).__name__}")
+            self._peeked.append(first)
+            data = np.asarray(first)
+            shape, found = data.shape, data
+        self.dtype = popxl.dtypes.as_dtype(dtype if dtype is not None else found)
         self.name = name
         self.by_ref = by_ref
         self.replica_grouping = replica_grouping if replica_grouping is not None else popxl.gir().replica_grouping()
@@ -65,10 +88,10 @@ class VariableFactory:
             raise AssertionError(f"shard_over={shard_over} exceeds the group size {self.replica_grouping.group_size}")
         self.shard_over = shard_over
         if shard_over > 1:
-            self.meta_shape: tuple[int, ...] = data.shape
-            self.shape: tuple[int, ...] = (math.prod(data.shape) // shard_over,)
+            self.meta_shape: tuple[int, ...] = shape
+            self.shape: tuple[int, ...] = (math.prod(shape) // shard_over,)
         else:
-            self.meta_shape, self.shape = (), data.shape
+            self.meta_shape, self.shape = (), shape
 
     @property
     def replica_sharded(self) -> bool:
@@ -76,10 +99,12 @@ class VariableFactory:
         return self.shard_over > 1
 
     def _next(self, empty: bool) -> np.ndarray[Any, Any]:
+        target = self.dtype.as_numpy()
         if empty:
-            return np.zeros(self.meta_shape or self.shape, self.dtype.as_numpy())
-        item = self._peeked.pop() if self._peeked else next(self._draws)
-        return np.asarray(item).astype(self.dtype.as_numpy())
+            return np.zeros(self.meta_shape or self.shape, target)
+        data = np.asarray(self._peeked.pop() if self._peeked else next(self._draws))
+        # Cast only when the source made another dtype: a copy of the full size otherwise.
+        return data if data.dtype == target else data.astype(target)
 
     def next_data(self, empty: bool = False) -> np.ndarray[Any, Any]:
         """The data of the next variable: one draw per replica group, stacked when there are several groups.
@@ -87,7 +112,19 @@ class VariableFactory:
         `empty` gives zeros of the right shape without drawing.
         """
         groups = self.replica_grouping.num_groups
-        return np.stack([self._next(empty) for _ in range(groups)]) if groups > 1 else self._next(empty)
+        if groups == 1:
+            return self._next(empty)
+        shape = self.meta_shape or self.shape
+        if empty:
+            return np.zeros((groups, *shape), self.dtype.as_numpy())
+        # Filled group by group, so that at most one group's draw exists beside the result.
+        out = np.empty((groups, *shape), self.dtype.as_numpy())
+        for g in range(groups):
+            data = self._next(False)
+            if data.shape != shape:
+                raise ValueError(f"Variable {self.name!r}: `data_iter` gave shape {data.shape}, not {shape}")
+            out[g] = data
+        return out
 
     def create_input(self, prefix: str | None = None) -> popxl.Tensor:
         """A graph input of the current graph for this variable."""

@@ -13,7 +13,7 @@ from popxl import ops
 from popxl.ops.conv import PadType
 from popxl.utils import to_numpy
 from popxl_addons.core import Module, NamedTensors
-from popxl_addons.layers.init import truncated_normal
+from popxl_addons.layers.init import TruncatedNormal
 
 __all__ = ["Conv2D"]
 
@@ -80,7 +80,10 @@ class Conv2D(Module):
             raise ValueError(f"Conv2D: {in_channels} input channels do not split into {groups} groups")
         kernel_shape = (self.out_channels, in_channels // groups, self.k_h, self.k_w)
         self.weight = self.add_variable_input(
-            "weight", partial(truncated_normal, kernel_shape), x.dtype, replica_grouping=self.replica_grouping
+            "weight",
+            TruncatedNormal(kernel_shape, dtype=x.dtype.as_numpy()),
+            x.dtype,
+            replica_grouping=self.replica_grouping,
         )
         y = ops.conv(
             x,
@@ -97,7 +100,10 @@ class Conv2D(Module):
         if self._has_bias:
             bias_shape = (1, self.out_channels, *(1,) * (y.rank - 2))
             self.bias = self.add_variable_input(
-                "bias", partial(np.zeros, bias_shape), x.dtype, replica_grouping=self.replica_grouping
+                "bias",
+                partial(np.zeros, bias_shape, x.dtype.as_numpy()),
+                x.dtype,
+                replica_grouping=self.replica_grouping,
             )
             y = y + self.bias
         return y

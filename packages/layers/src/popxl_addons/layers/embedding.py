@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from math import ceil
 from typing import Any
 
@@ -11,7 +10,7 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl_addons.core import Module
-from popxl_addons.layers.init import truncated_normal
+from popxl_addons.layers.init import TruncatedNormal
 
 __all__ = ["MULTISLICE_MAGIC_NUMBER", "Embedding"]
 
@@ -69,7 +68,7 @@ class Embedding(Module):
         """
         self.weight = self.add_variable_input(
             "weight",
-            partial(truncated_normal, (self.vocab_shard_size, self.hidden_size)),
+            TruncatedNormal((self.vocab_shard_size, self.hidden_size), dtype=self.dtype.as_numpy()),
             self.dtype,
             replica_grouping=self.replica_grouping,
         )

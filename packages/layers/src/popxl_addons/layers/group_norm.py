@@ -37,10 +37,10 @@ class GroupNorm(Module):
         """The group-normalised `x`, of `x`'s shape (N, C, ...)."""
         channels = x.shape[1]
         self.weight = self.add_variable_input(
-            "weight", partial(np.ones, channels), x.dtype, replica_grouping=self.replica_grouping
+            "weight", partial(np.ones, channels, x.dtype.as_numpy()), x.dtype, replica_grouping=self.replica_grouping
         )
         self.bias = self.add_variable_input(
-            "bias", partial(np.zeros, channels), x.dtype, replica_grouping=self.replica_grouping
+            "bias", partial(np.zeros, channels, x.dtype.as_numpy()), x.dtype, replica_grouping=self.replica_grouping
         )
         return ops.group_norm(x, self.weight, self.bias, num_groups=self.num_groups, eps=self.eps)
 

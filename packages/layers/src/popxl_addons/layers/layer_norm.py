@@ -21,8 +21,8 @@ class LayerNorm(Module):
         if x.rank != 2:
             raise ValueError(f"The input tensor must be of shape N x C, got {x.shape}")
         c = x.shape[-1]
-        w = self.add_variable_input("weight", partial(np.ones, (c,)), x.dtype)
-        b = self.add_variable_input("bias", partial(np.zeros, (c,)), x.dtype)
+        w = self.add_variable_input("weight", partial(np.ones, (c,), x.dtype.as_numpy()), x.dtype)
+        b = self.add_variable_input("bias", partial(np.zeros, (c,), x.dtype.as_numpy()), x.dtype)
         return ops.layer_norm(x, w, b, eps)
 
     @staticmethod

@@ -9,7 +9,7 @@ import numpy as np
 
 import popxl
 from popxl_addons.core import Module
-from popxl_addons.layers.init import truncated_normal
+from popxl_addons.layers.init import TruncatedNormal
 
 
 class Linear(Module):
@@ -31,14 +31,17 @@ class Linear(Module):
         """`x @ weight (+ bias)`; `x` may have leading batch dimensions."""
         w = self.add_variable_input(
             "weight",
-            partial(truncated_normal, (x.shape[-1], self.out_features)),
+            TruncatedNormal((x.shape[-1], self.out_features), dtype=x.dtype.as_numpy()),
             x.dtype,
             replica_grouping=self.replica_grouping,
         )
         y = x @ w
         if self.bias:
             b = self.add_variable_input(
-                "bias", partial(np.zeros, (self.out_features,)), x.dtype, replica_grouping=self.replica_grouping
+                "bias",
+                partial(np.zeros, (self.out_features,), x.dtype.as_numpy()),
+                x.dtype,
+                replica_grouping=self.replica_grouping,
             )
             y = y + b
         return y

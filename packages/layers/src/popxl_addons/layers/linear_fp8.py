@@ -21,7 +21,7 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl_addons.core import Module, WeightsDict, fp8_amax_scale, fp8_mse_scale
-from popxl_addons.layers.init import truncated_normal
+from popxl_addons.layers.init import TruncatedNormal
 
 __all__ = ["LinearFP8"]
 
@@ -71,7 +71,7 @@ class LinearFP8(Module):
         """`x @ weight (+ bias)` with both operands cast to float8 1.4.3; `x` is (batch, in_features)."""
         w = self.add_variable_input(
             "weight",
-            partial(truncated_normal, (x.shape[-1], self.out_features)),
+            TruncatedNormal((x.shape[-1], self.out_features), dtype=x.dtype.as_numpy()),
             x.dtype,
             replica_grouping=self.replica_grouping,
         )
@@ -89,7 +89,10 @@ class LinearFP8(Module):
             y = ops.cast(y, popxl.float32)
         if self.bias:
             b = self.add_variable_input(
-                "bias", partial(np.zeros, (self.out_features,)), x.dtype, replica_grouping=self.replica_grouping
+                "bias",
+                partial(np.zeros, (self.out_features,), x.dtype.as_numpy()),
+                x.dtype,
+                replica_grouping=self.replica_grouping,
             )
             y = y + b
         return y

@@ -56,19 +56,19 @@ class LinearGQ(Module):
         groups = grouped // self.group_size
         w_compressed = self.add_variable_input(
             "weight_compressed",
-            partial(np.zeros, (kept, groups, self.group_size // IDS_PER_WORD)),
+            partial(np.zeros, (kept, groups, self.group_size // IDS_PER_WORD), np.uint16),
             popxl.uint16,
             replica_grouping=self.replica_grouping,
         )
         w_scale = self.add_variable_input(
             "weight_decompression_scale",
-            partial(np.zeros, (kept, groups, 1)),
+            partial(np.zeros, (kept, groups, 1), x.dtype.as_numpy()),
             x.dtype,
             replica_grouping=self.replica_grouping,
         )
         w_bias = self.add_variable_input(
             "weight_decompression_bias",
-            partial(np.zeros, (kept, groups, 1)),
+            partial(np.zeros, (kept, groups, 1), x.dtype.as_numpy()),
             x.dtype,
             replica_grouping=self.replica_grouping,
         )
@@ -76,7 +76,10 @@ class LinearGQ(Module):
         y = x @ w
         if self.bias:
             b = self.add_variable_input(
-                "bias", partial(np.zeros, (self.out_features,)), x.dtype, replica_grouping=self.replica_grouping
+                "bias",
+                partial(np.zeros, (self.out_features,), x.dtype.as_numpy()),
+                x.dtype,
+                replica_grouping=self.replica_grouping,
             )
             y = y + b
         return y

@@ -15,5 +15,5 @@ class Scale(Module):
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
         """`x * scale`."""
-        scale = self.add_variable_input("scale", partial(np.full, x.shape, 2), x.dtype)
+        scale = self.add_variable_input("scale", partial(np.full, x.shape, 2, x.dtype.as_numpy()), x.dtype)
         return x * scale

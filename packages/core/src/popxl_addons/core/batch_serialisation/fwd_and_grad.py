@@ -151,7 +151,10 @@ def batch_serialise_fwd_and_grad(
     )
     grad_result.graph.grad_graph_info = info
     factories = NamedVariableFactories.from_dict(
-        {name: VariableFactory(partial(np.zeros, (steps * rows, *t.shape)), t.dtype) for t, name in kept.items()}
+        {
+            name: VariableFactory(partial(np.zeros, (steps * rows, *t.shape), t.dtype.as_numpy()), t.dtype)
+            for t, name in kept.items()
+        }
     )
     fwd_result.kept = grad_result.kept = factories
     return fwd_result, grad_result
