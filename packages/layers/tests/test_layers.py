@@ -142,6 +142,7 @@ def test_scale_doubles_and_serialises() -> None:
         result.graph.bind(args.init()).call(0)
     ir.num_host_transfers = steps
     with popxl.Session(ir, "cpu") as s:
+        # Doubling is exact (no overflow), on the device and in NumPy.
         np.testing.assert_array_equal(s.run({h: data})[d], data * 2)
 
 

@@ -21,6 +21,7 @@ def test_host_casts_are_graphcores_fp8_bytes(dtype: popxl.dtype, ml_type: type) 
     got = host_pow2scale_cast_to_fp8(X, dtype, log2_scale=-1)
     assert got.dtype == np.dtype([(dtype.name, "u1")])
     want = (X.astype(np.float64) / 2).astype(ml_type)
+    # A power-of-two scale is exact: each side rounds once, to the nearest float8, ties to even.
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     back = host_pow2scale_cast_from_fp8(got, popxl.float32, log2_scale=1)
     np.testing.assert_array_equal(back, want.astype(np.float32) * 2)
@@ -52,6 +53,7 @@ def test_float8_variables_streams_and_scaled_matmul() -> None:
         stored = s.get_tensor_data(lhs)
     np.testing.assert_allclose(got[out], (2 * a) @ b / 2, rtol=1e-3)
     assert got[cast].dtype == np.dtype([("float8_143", "u1")])
+    # The variable's float8 bytes are the host's cast (the same rounding of a * 2), written and read back.
     np.testing.assert_array_equal(stored, host_pow2scale_cast_to_fp8(a, popxl.float8_143, 1))
 
 

@@ -128,6 +128,7 @@ def test_random_values_follow_each_replicas_seed() -> None:
         same = s.run({seed_in: shared})[out]
         again = s.run({seed_in: own})[out]
     assert not np.allclose(independent[0], independent[1])
+    # One seed through one compiled program gives the same values, whichever replica or run draws them.
     np.testing.assert_array_equal(same[0], same[1])
     np.testing.assert_array_equal(same[0], independent[0])
     np.testing.assert_array_equal(again, independent)

@@ -215,7 +215,7 @@ def test_collective_gradients(mode: str) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_modes_give_identical_bits() -> None:
+def test_modes_agree_to_rounding() -> None:
     x = np.random.default_rng(9).normal(size=(8, 4, 4)).astype(np.float32)
 
     def build(t: popxl.Tensor) -> dict[str, popxl.Tensor]:
@@ -230,7 +230,19 @@ def test_modes_give_identical_bits() -> None:
 
     a = _run_replicated(8, build, x, "devices")["y"]
     b = _run_replicated(8, build, x, "simulate")["y"]
-    np.testing.assert_array_equal(a, b)
+    # The modes are differently fused XLA programs of the same maths, so they agree to rounding (docs/runtime.md),
+    # to the bit only on some processors. Whatever its order or fusion, an entry of t @ t (4 products summed) is
+    # within g4 = 4u / (1 - 4u) times that entry of |t| @ |t| of the exact value (u = 2**-24); tanh, of slope at
+    # most 1, passes the difference on and adds its own error (taken as 2**-21: XLA's float32 tanh is within
+    # 2.7e-7); the pair's sum is the same add in both, the final add rounds once in each, and the slicing and
+    # gathering move data only. A replica taking another's data or group would be off by far more.
+    u = 2.0**-24
+    g4 = 4 * u / (1 - 4 * u)
+    # The largest entry of |t| @ |t| over the replicas.
+    magnitude = max(float((np.abs(t.astype(np.float64)) @ np.abs(t.astype(np.float64))).max()) for t in x)
+    bound = 2 * g4 * magnitude + 2 * 2.0**-21 + u / (1 - u) * (np.abs(a) + np.abs(b))
+    error = np.abs(a.astype(np.float64) - b)
+    assert (error <= bound).all(), f"{int((error > bound).sum())} values beyond the rounding bound: {error.max()}"
 
 
 def test_inexpressible_groupings_are_refused() -> None:
