@@ -175,6 +175,75 @@ def record_sequenced(graph: Graph, op: Op) -> None:
         _state.last_sequenced[id(graph)] = op
 
 
+class Context:
+    """popxl's building context: the current graph, name scopes, placement and scheduling mode.
+
+    One exists per process (`get_current_context()`); it reads and changes the
+    same state as `gcg`, `name_scope`, `ipu`, `io_tiles` and `in_sequence`.
+    """
+
+    @property
+    def graph(self) -> Graph:
+        """The current graph."""
+        return gcg()
+
+    @property
+    def main_graph(self) -> Graph:
+        """The main graph of the current graph's Ir."""
+        return gmg()
+
+    @property
+    def ir(self) -> Ir:
+        """The Ir of the current graph."""
+        return gir()
+
+    @property
+    def ipu_id(self) -> int:
+        """The virtual IPU new ops are placed on."""
+        return _state.ipu
+
+    @property
+    def io_tile_set(self) -> bool:
+        """Whether new ops are placed on the IO tiles."""
+        return _state.io_tiles > 0
+
+    @property
+    def name_scopes(self) -> list[str]:
+        """The open name scopes, outermost first (a copy)."""
+        return list(_state.name_scopes)
+
+    @property
+    def in_sequence(self) -> bool | str | None:
+        """The innermost `in_sequence` mode, None outside every `in_sequence` context."""
+        return _state.in_sequence[-1] if _state.in_sequence else None
+
+    def push_graph(self, graph: Graph) -> None:
+        """Make `graph` the current graph."""
+        push_graph(graph)
+
+    def pop_graph(self) -> Graph:
+        """Return to the previous current graph, giving the one left."""
+        left = gcg()
+        pop_graph()
+        return left
+
+    def push_name_scope(self, name: str) -> None:
+        """Open name scope `name`."""
+        _state.name_scopes.append(name)
+
+    def pop_name_scope(self) -> str:
+        """Close the innermost name scope, giving its name."""
+        return _state.name_scopes.pop()
+
+
+_CONTEXT = Context()
+
+
+def get_current_context() -> Context:
+    """The building context (popxl's `popxl.context.get_current_context`)."""
+    return _CONTEXT
+
+
 # popxl's long names for the three above.
 get_current_graph = gcg
 get_main_graph = gmg

@@ -100,6 +100,9 @@ class GradGraphInfo:
     forward_graph: Graph
     _expected_inputs: list[ExpectedConnection]
     _expected_outputs: list[ExpectedConnection]
+    # Forward tensors autodiff was asked for that have no gradient (a called graph's inputs that do not
+    # reach its outputs), so that a call asking for them again reuses this graph.
+    _without_gradient: frozenset[Tensor] = frozenset()
 
     @property
     def expected_inputs(self) -> tuple[ExpectedConnection, ...]:

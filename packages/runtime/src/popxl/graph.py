@@ -18,7 +18,7 @@ class Graph:
     """A graph of ops; the main graph or a subgraph that can be called or repeated."""
 
     def __init__(self, ir: Ir, graph_id: str, name: str | None = None) -> None:
-        self.ir = ir
+        self._ir = ir  # popxl's attribute; applications call `graph._ir.create_graph`
         self._id = graph_id
         self._name = name if name is not None else graph_id
         self._tensor_prefix = graph_id + "/" if graph_id else ""
@@ -31,6 +31,11 @@ class Graph:
         self._call_sites: list[Op] = []
         # False for graphs whose gradient a user defines: autodiff of a caller must be given it.
         self.recursive_autodiff = True
+
+    @property
+    def ir(self) -> Ir:
+        """The Ir the graph belongs to."""
+        return self._ir
 
     @property
     def id(self) -> str:

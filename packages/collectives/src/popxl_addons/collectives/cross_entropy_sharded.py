@@ -1,7 +1,8 @@
 """popxl-addons' cross entropy of logits whose classes are sharded: `CrossEntropySharded` and its
 within-replica form `CrossEntropyShardedWR`, with their fused gradients.
 
-Tensor parallel (`cross_entropy_sharded_loss`): each replica of a replica grouping holds its
+Tensor parallel (`cross_entropy_sharded_loss`): each replica of a replica grouping (of any
+constant stride; popxl-addons' docstring says stride 1, its GPT-3 175B uses strided ones) holds its
 own slice of the classes, `logits` of shape `(n_samples, sharded_n_classes)`, and the same
 labels already shifted by its slice's offset (so they may be negative or past the slice).
 The op computes a stable log softmax over all the classes of the group: the row maximum is
@@ -88,8 +89,10 @@ def _softmax_grad(dloss: Any, neg_log_softmax: Any, labels: Any, dtype: Any) -> 
 
 def _normalise_tp(specs: Sequence[popxl.TensorSpec], attrs: Attrs) -> dict[str, Any]:
     _check_logits_labels("cross_entropy_sharded", specs[0], specs[1])
-    if attrs["group"].stride != 1:
-        raise ValueError(f"cross_entropy_sharded supports only replica groupings of stride 1, got {attrs['group']}")
+    if not attrs["group"].is_const:
+        raise NotImplementedError(
+            f"cross_entropy_sharded needs a grouping with a constant stride, got {attrs['group']}"
+        )
     return {"group": attrs["group"], "available_memory_proportion": float(attrs["available_memory_proportion"])}
 
 
@@ -161,7 +164,8 @@ def cross_entropy_sharded_loss(
     reduction: Reduction = "mean",
     available_memory_proportion: float = 0.4,
 ) -> popxl.Tensor:
-    """Cross entropy of logits whose classes are sharded over the replicas of `replica_grouping` (stride 1).
+    """Cross entropy of logits whose classes are sharded over the replicas of `replica_grouping` (of any
+    constant stride, such as the strided tensor-parallel groups of a 2D sharding).
 
     `logits` `(n_samples, sharded_n_classes)` differ between the replicas; `indices` `(n_samples,)` are each
     replica's labels already shifted by its slice's first class. Samples whose index equals `ignore_index`

@@ -5,10 +5,16 @@ The loss of a sample is `-log(max(p, eps))` of its label's probability (eps
 probabilities. Samples whose label is `ignore_index` contribute nothing;
 'mean' divides by the number of samples, or with `ignore_index` by the number
 not ignored (at least one).
+
+`nll_loss` takes labels of the shape of `probs` but its last axis, as popart's
+NllOp; `nll_loss_with_softmax_grad` flattens both, as popart's
+NlllWithSoftmaxGradDirectOp, so its labels may have any shape with one element
+per row of classes, and its unreduced loss has the labels' shape.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +31,35 @@ if TYPE_CHECKING:
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def _normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+def _check_attrs_and_labels(specs: Sequence[TensorSpec], attrs: Attrs) -> None:
     probs, labels = specs[0], specs[1]
     if attrs["reduction"] not in REDUCTIONS:
         raise ValueError(f"Not a valid reduction: {attrs['reduction']}. Must choose from: {', '.join(REDUCTIONS)}")
     if not labels.dtype.is_int:
         raise ValueError(f"nll_loss labels must be integers, got {labels.dtype.name}")
+    if not probs.shape:
+        raise ValueError("nll_loss probs must have a classes axis, got a scalar")
+
+
+def _normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    _check_attrs_and_labels(specs, attrs)
+    probs, labels = specs[0], specs[1]
+    # popart's NllOp: the labels have every axis of the probs but the last.
     if tuple(labels.shape) != tuple(probs.shape[:-1]):
         raise ValueError(f"nll_loss labels of shape {labels.shape} do not index probs of shape {probs.shape}")
+    return dict(attrs)
+
+
+def _normalise_flattened(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
+    _check_attrs_and_labels(specs, attrs)
+    probs, labels = specs[0], specs[1]
+    # popart's NlllWithSoftmaxGradDirectOp flattens both: any labels with one element per row of classes.
+    rows = math.prod(probs.shape[:-1])
+    if math.prod(labels.shape) != rows:
+        raise ValueError(
+            f"nll_loss_with_softmax_grad needs one label per row of classes: labels of shape {labels.shape} "
+            f"({math.prod(labels.shape)} elements) for probs of shape {probs.shape} ({rows} rows)"
+        )
     return dict(attrs)
 
 
@@ -92,15 +119,18 @@ NLL = register(
 def _lower_nll_softmax_grad(
     ctx: LoweringContext, attrs: Attrs, probs: jax.Array, labels: jax.Array, loss_grad: jax.Array
 ) -> list[jax.Array]:
-    kept = _kept(labels, attrs)
-    loss = _reduce(_losses(probs, labels, {**attrs, "log_prob": False}), labels, attrs)
+    rows = probs.reshape(-1, probs.shape[-1])
+    flat = labels.reshape(-1)
+    kept = _kept(flat, attrs)
+    loss = _reduce(_losses(rows, flat, {**attrs, "log_prob": False}), flat, attrs)
     # d loss / d logits of a softmax: (p - onehot), per sample scaled as the loss is, and by dE/dl.
-    onehot = jax.nn.one_hot(labels, probs.shape[-1], dtype=jnp.float32)
-    scale = _scale(labels, kept, attrs) * loss_grad.astype(jnp.float32)
+    onehot = jax.nn.one_hot(flat, rows.shape[-1], dtype=jnp.float32)
+    dl = loss_grad.astype(jnp.float32)
+    dl = jnp.broadcast_to(dl, labels.shape).reshape(-1, 1) if attrs["reduction"] == "none" else dl.reshape(())
+    dx = (rows.astype(jnp.float32) - onehot) * (_scale(flat, kept, attrs) * dl) * kept[:, None]
     if attrs["reduction"] == "none":
-        scale = scale[..., None]
-    dx = (probs.astype(jnp.float32) - onehot) * scale * kept[..., None]
-    return [loss, dx.astype(probs.dtype)]
+        loss = loss.reshape(labels.shape)
+    return [loss, dx.reshape(probs.shape).astype(probs.dtype)]
 
 
 def _nll_softmax_grad_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -116,7 +146,7 @@ NLL_WITH_SOFTMAX_GRAD = register(
         "nll_loss_with_softmax_grad",
         _nll_softmax_grad_infer,
         _lower_nll_softmax_grad,
-        normalise=_normalise,
+        normalise=_normalise_flattened,
         output_names=("loss", "dx"),
     )
 )

@@ -29,7 +29,7 @@ def nll_loss_with_softmax_grad(
     reduction: str = "mean",
 ) -> tuple[Tensor, Tensor]:
     """The loss of `nll_loss` and its gradient with respect to the logits `x` of `probs = softmax(x)`, scaled
-    by `loss_grad` (dE/dl)."""
+    by `loss_grad` (dE/dl). `labels` may have any shape with one label per row of `probs`' last axis."""
     if not isinstance(loss_grad, Tensor):
         loss_grad = constant(np.float32(loss_grad), dtypes.float32)
     attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": False}

@@ -14,6 +14,7 @@ from popxl.op import OpDef, create_op
 from popxl.opdefs import elementwise as ew
 from popxl.opdefs import linalg, reduce
 from popxl.opdefs import shape as shape_ops
+from popxl.ops.indexing import gather
 from popxl.tensor import Tensor
 
 
@@ -336,9 +337,19 @@ def squeeze(t: Tensor, axes: Iterable[int] | None = None) -> Tensor:
     return reshape(t, tuple(d for i, d in enumerate(t.shape) if i not in drop))
 
 
+def _is_position(k: Any) -> bool:
+    return isinstance(k, int | np.integer | builtins.slice) and not isinstance(k, bool | np.bool_)
+
+
 def getitem(t: Tensor, key: Any) -> Tensor:
-    """`t[key]` for integer and slice keys."""
-    key = key if isinstance(key, tuple) else (key,)
+    """`t[key]`, as popxl's `Tensor.__getitem__`: ints and slices slice (an int drops its axis); a tensor
+    or host array of integers gathers rows along axis 0; one of booleans keeps `t` where true, else 0."""
+    if isinstance(key, bool | str | np.bool_):
+        raise TypeError(f"Unsupported index {key!r} for {t}: use ints, slices, integer or boolean tensors")
+    positions = key if isinstance(key, tuple) else (key,)
+    if isinstance(key, Tensor) or not builtins.all(map(_is_position, positions)):
+        return _index_with_tensor(t, key)
+    key = positions
     if len(key) > t.rank:
         raise IndexError(f"Too many indices ({len(key)}) for {t}")
     slices: list[tuple[Any, Any, Any]] = []
@@ -350,21 +361,32 @@ def getitem(t: Tensor, key: Any) -> Tensor:
             slices.append((k, k + 1, None))
             strides.append(1)
             drop.append(i)
-        elif isinstance(k, builtins.slice):
+        else:
             if k.step == 0:
                 raise ValueError(f"A slice step cannot be zero (indexing {t})")
             # As popxl's Tensor.__getitem__: slice with the step's sign, then subsample by its size.
             step = None if k.step is None else (1 if k.step > 0 else -1)
             slices.append((k.start, k.stop, step))
             strides.append(1 if k.step is None else builtins.abs(k.step))
-        else:
-            raise TypeError(f"Unsupported index {k!r} for {t}: use ints and slices")
     # popxl: `slice_out`, then `subsample_out` (subsample.py) for steps other than +-1, then squeezed
     # (`<...>_reshaped`) for integer keys.
     out = _one(shape_ops.SLICE, [t], {"slices": tuple(slices)}, name="slice_out")
     if builtins.any(v != 1 for v in strides):
         out = _one(shape_ops.SUBSAMPLE, [out], {"strides": strides}, name="subsample_out")
     return squeeze(out, drop) if drop else out
+
+
+def _index_with_tensor(t: Tensor, key: Any) -> Tensor:
+    if not isinstance(key, Tensor):
+        if not isinstance(key, np.ndarray | Iterable):
+            raise TypeError(f"Unsupported index {key!r} for {t}: use ints, slices, integer or boolean tensors")
+        key = constant(key)  # popxl takes host arrays and sequences as constants (64-bit ints narrowed)
+    if key.dtype.is_int:
+        return gather(t, key)
+    if key.dtype is dtypes.bool_:
+        # A mask, not NumPy's selection: the result keeps `t`'s shape, zero where the mask is false.
+        return where(key, t, constant(0, t.dtype))
+    raise TypeError(f"Unsupported index {key} for {t}: index tensors must hold integers or booleans")
 
 
 def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:

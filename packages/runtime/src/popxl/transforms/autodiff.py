@@ -95,8 +95,13 @@ def grad_graph(
     provided: Sequence[Tensor],
     required: Sequence[Tensor],
     called_infos: dict[Graph, GradGraphInfo],
+    strict: bool = True,
 ) -> GradGraphInfo:
-    """The gradient graph of `forward` for `required` from `provided`, recorded in `called_infos`."""
+    """The gradient graph of `forward` for `required` from `provided`, recorded in `called_infos`.
+
+    With `strict`, a required tensor with no path to `provided` is an error (popart's top-level autodiff);
+    without, it is left out of the outputs and expected outputs, as popart's autodiff of a called graph
+    leaves out the inputs that do not reach its outputs."""
     ir = forward.ir
     backward = ir.create_empty_graph(f"{forward.name}_grad")
     depends = depends_on(forward, required)
@@ -110,12 +115,15 @@ def grad_graph(
                 warnings.warn(f"The provided gradient of {t.id} does not reach any required gradient", stacklevel=3)
             grads[t] = add(grads[t], g) if t in grads else g
         _backward(gb, forward, grads)
-        for t in required:
-            if t not in grads:
-                raise AutodiffError(
-                    f"[Autodiff] Unable to provide required gradient output for fwd id {t.id}: "
-                    f"it does not lead to any of the provided gradients"
-                )
+        if strict:
+            for t in required:
+                if t not in grads:
+                    raise AutodiffError(
+                        f"[Autodiff] Unable to provide required gradient output for fwd id {t.id}: "
+                        f"it does not lead to any of the provided gradients"
+                    )
+        given = [t for t in required if t in grads]
+        for t in given:
             graph_output(grads[t])
     activations = sorted(gb.activations, key=lambda t: t.id.encode())
     backward.reorder_inputs(grad_inputs + [gb.activations[t] for t in activations])
@@ -123,8 +131,9 @@ def grad_graph(
     expected_inputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in provided] + [
         ExpectedConnection._create(t, ExpectedConnectionType.Fwd) for t in activations
     ]
-    expected_outputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in required]
+    expected_outputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in given]
     info = GradGraphInfo._create(backward, forward, expected_inputs, expected_outputs)
+    info._without_gradient = frozenset(required) - frozenset(given)
     called_infos[forward] = info
     return info
 
@@ -135,9 +144,9 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
     wanted = [i for i, t in enumerate(op.inputs) if gb.wants(t)]
     sub_inputs = sub.inputs
     needed = [sub_inputs[i] for i in wanted]
-    # A known gradient graph serves if it gives every needed gradient (extra ones are left unused).
+    # A known gradient graph serves if it gives every needed gradient that exists (extra ones are left unused).
     info = gb.called_infos.get(sub)
-    covered = {id(ec.fwd_tensor) for ec in info.expected_outputs} if info is not None else set()
+    covered = {id(t) for t in [*info.outputs, *info._without_gradient]} if info is not None else set()
     if info is None or any(id(t) not in covered for t in needed):
         if not sub.recursive_autodiff:
             missing = "no gradient graph" if info is None else "a gradient graph without all the gradients needed"
@@ -146,7 +155,8 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
                 f"{missing}: pass its gradient graph in `called_graphs_grad_info`"
             )
         provided = [o for o in sub.outputs if o.dtype.is_floating_point]
-        info = grad_graph(sub, provided, needed, gb.called_infos)
+        # As popart: a called graph's inputs that do not reach its outputs get no gradient, not an error.
+        info = grad_graph(sub, provided, needed, gb.called_infos, strict=False)
     # Positions in the called graph, built once (an output listed twice is found at its first place).
     input_at = {t: i for i, t in enumerate(sub_inputs)}
     output_at: dict[Tensor, int] = {}

@@ -41,8 +41,10 @@ def repeat_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> 
     copy = clone_graph(body, f"{body.name}_for_grad")
     provided = [o for o in copy.outputs if o.dtype.is_floating_point]
     reach = contributes_to(copy, provided)
-    required = [i for i, t in enumerate(copy.inputs) if t.dtype.is_floating_point and t in reach]
-    info = grad_graph(copy, provided, [copy.inputs[i] for i in required], gb.called_infos)
+    wanted = [t for t in copy.inputs if t.dtype.is_floating_point and t in reach]
+    info = grad_graph(copy, provided, wanted, gb.called_infos, strict=False)
+    # `reach` passes through calls whole; an input the body's gradient graph has no output for gets none.
+    required = [copy.inputs.index(t) for t in info.outputs]
     values = [gb.fwd(t) for t in op.inputs]
     stash = [RemoteBuffer(t.shape, t.dtype, count, ir) for t in body.inputs[:carried]]
 
