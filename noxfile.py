@@ -67,7 +67,8 @@ def tests(session: nox.Session, package: str) -> None:
     if package == "examples":
         _install(session, "harness")
         session.install(*TEST_DEPS, *EXAMPLE_DEPS)
-        session.run("pytest", "examples/tests", "-q", *session.posargs)
+        # The examples' and benchmarks' own tests: every documented option of each script runs at a small size.
+        session.run("pytest", "examples/tests", "benchmarks/tests", "-q", "-n", "2", *session.posargs)
         return
     _install(session, package)
     session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])

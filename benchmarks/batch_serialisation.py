@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import interleaved, plot_ratios, save
+from common import add_out_option, interleaved, plot_ratios, save
 from jax.ad_checkpoint import checkpoint_name
 
 import popxl
@@ -171,6 +171,7 @@ def main() -> None:
         default=[8, 64, 256, 512],
         help="loop lengths (and buffer entries) for the per-store cost",
     )
+    add_out_option(p)
     args = p.parse_args()
     rng = np.random.default_rng(0)
     width, layers, batch = args.width, args.layers, args.batch
@@ -266,7 +267,7 @@ def main() -> None:
             f"{cost[True] * 1e6:.0f} us checked, {cost[False] * 1e6:.0f} us unchecked",
             flush=True,
         )
-    print(f"written to {save('batch_serialisation', figures)}")
+    print(f"written to {save('batch_serialisation', figures, args.out)}")
     groups = {
         f"{r['io_mode']} x{r['steps']}": {
             "device bytes / un-serialised": r["device_ratio_host_vs_normal"],
@@ -277,7 +278,7 @@ def main() -> None:
         for r in figures["runs"]
     }
     title = f"Batch serialisation, host placement ({figures['device']}, batch {batch}, width {width})"
-    print(f"picture in {plot_ratios('batch_serialisation', title, groups)}")
+    print(f"picture in {plot_ratios('batch_serialisation', title, groups, out=args.out)}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import interleaved, plot_ratios, save
+from common import add_out_option, interleaved, plot_ratios, save
 
 import popxl
 from popxl import ops
@@ -134,6 +134,7 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=12, help="residual blocks")
     p.add_argument("--repeats", type=int, default=15, help="timed repeats of graph building")
     p.add_argument("--compile-repeats", type=int, default=3, help="timed repeats of compilation")
+    add_out_option(p)
     args = p.parse_args()
     tokens = args.batch * args.seq
     shape = (tokens, args.width, args.hidden, args.blocks)
@@ -166,7 +167,7 @@ def main() -> None:
         "compile_jax_s": compiled["jax"],
         "compile_ratio_popxl_over_jax": compiled["popxl"] / compiled["jax"],
     }
-    path = save("build_scaling", figures)
+    path = save("build_scaling", figures, args.out)
     print(
         f"build + autodiff ({ops_built} ops) / jax.make_jaxpr of forward and VJP = "
         f"{figures['build_ratio_popxl_over_jax']:.2f} ({build['popxl'] * 1e3:.1f} ms / {build['jax'] * 1e3:.1f} ms)"
@@ -181,7 +182,7 @@ def main() -> None:
         "Session compile / jit compile": {"popxl / JAX": figures["compile_ratio_popxl_over_jax"]},
     }
     title = f"Graph building, {args.blocks} blocks, {tokens} tokens x {args.width} ({figures['device']})"
-    print(f"picture in {plot_ratios('build_scaling', title, groups)}")
+    print(f"picture in {plot_ratios('build_scaling', title, groups, out=args.out)}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
@@ -11,6 +12,11 @@ from typing import Any
 
 # Figures of a run go to the untracked out/bench/; benchmarks/results/ holds figures committed deliberately.
 RESULTS = Path(__file__).resolve().parent.parent / "out" / "bench"
+
+
+def add_out_option(parser: argparse.ArgumentParser) -> None:
+    """Add `--out`, the folder a benchmark writes its figures and picture to (default: out/bench/)."""
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the figures (JSON) and any picture (PNG)")
 
 
 def interleaved(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int = 2) -> dict[str, float]:
@@ -38,16 +44,22 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def save(name: str, figures: dict[str, Any]) -> Path:
-    """Write `figures` to out/bench/<name>.json."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def save(name: str, figures: dict[str, Any], out: Path = RESULTS) -> Path:
+    """Write `figures` to `out`/<name>.json (default out/bench/)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
     path.write_text(json.dumps(figures, indent=2))
     return path
 
 
-def plot_ratios(name: str, title: str, groups: Mapping[str, Mapping[str, float]], target: float | None = None) -> Path:
-    """A bar chart of ratios (one bar per series in each group) to out/bench/<name>.png, 1.0 and `target` marked."""
+def plot_ratios(
+    name: str,
+    title: str,
+    groups: Mapping[str, Mapping[str, float]],
+    target: float | None = None,
+    out: Path = RESULTS,
+) -> Path:
+    """A bar chart of ratios (one bar per series in each group) to `out`/<name>.png, 1.0 and `target` marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,8 +79,8 @@ def plot_ratios(name: str, title: str, groups: Mapping[str, Mapping[str, float]]
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.png"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

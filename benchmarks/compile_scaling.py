@@ -9,7 +9,7 @@ import statistics
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import interleaved, plot_ratios, save, timed
+from common import add_out_option, interleaved, plot_ratios, save, timed
 
 import popxl
 from popxl import ops
@@ -74,6 +74,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--repeats", type=int, default=30, help="timed repeats of the MLP, interleaved")
     p.add_argument("--batch", type=int, default=256, help="rows of the MLP forward")
+    add_out_option(p)
     args = p.parse_args()
     pairs = [(compile_seconds(2), compile_seconds(256)) for _ in range(3)]
     c2 = statistics.median(a for a, _ in pairs)
@@ -89,7 +90,7 @@ def main() -> None:
         "mlp_jax_s": mlp["jax_s"],
         "mlp_ratio_popxl_over_jax": mlp["ratio"],
     }
-    path = save("compile_scaling", figures)
+    path = save("compile_scaling", figures, args.out)
     print(
         f"compile(repeat 256) / compile(repeat 2) = {figures['compile_ratio_256_over_2']:.3f} "
         f"({c256 * 1e3:.1f} ms / {c2 * 1e3:.1f} ms)"
@@ -103,7 +104,7 @@ def main() -> None:
         "compile: repeat 256 / repeat 2": {"ratio": figures["compile_ratio_256_over_2"]},
         "MLP forward: popxl / JAX": {"ratio": figures["mlp_ratio_popxl_over_jax"]},
     }
-    print(f"picture in {plot_ratios('compile_scaling', 'Compile scaling and run time', groups)}")
+    print(f"picture in {plot_ratios('compile_scaling', 'Compile scaling and run time', groups, out=args.out)}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 import jax
 import jax.numpy as jnp
-from common import interleaved, save
+from common import add_out_option, interleaved, save
 from gpt_phased import Config, _phased_variable, initial_weights, phased_program, unphased_program
 
 import popxl
@@ -147,6 +147,7 @@ def main() -> None:
     p.add_argument("--matmul-size", type=int, default=2048, help="side of the matmul that measures the machine")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="where popxl Sessions and JAX run")
     p.add_argument("--small", action="store_true", help="a quick check: 2 layers of width 128, short sequences")
+    add_out_option(p)
     args = p.parse_args()
     if args.small:
         args.layers, args.width, args.heads, args.vocab, args.sequence = 2, 128, 4, 512, 64
@@ -186,7 +187,13 @@ def main() -> None:
     def popxl_program(phased: bool) -> tuple[Callable[[], float], dict[str, int]]:
         if phased:
             ir, streams, stages = phased_program(config)
-            feeds = {streams["tokens"]: tokens, streams["labels"]: labels}
+            # One transfer per micro-batch: as in popxl, the host arrays have a transfers axis only when
+            # there are several (one micro-batch takes the stream's shape alone).
+            layout = popxl.HostLayout.of(ir)
+            feeds = {
+                streams["tokens"]: tokens.reshape(layout.shape(streams["tokens"].shape)),
+                streams["labels"]: labels.reshape(layout.shape(streams["labels"].shape)),
+            }
             variables = {_phased_variable(stages, n): v for n, v in start.items()}
         else:
             ir, streams, weights = unphased_program(config)
@@ -267,7 +274,7 @@ def main() -> None:
         )
     figures["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"peak resident memory of this process {figures['peak_host_rss_bytes'] / 2**30:.1f} GiB")
-    print(f"written to {save('gpt_phased', figures)}")
+    print(f"written to {save('gpt_phased', figures, args.out)}")
 
 
 if __name__ == "__main__":

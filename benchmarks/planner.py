@@ -15,7 +15,7 @@ in alternation, for the time ratios.
 
 Targets (issue 22): within budget every time; time <= 1.05x the exhaustive best and never slower than
 greedy or trivial; predicted device bytes within 10% of the compiled figure; planning time below five
-compiles of one candidate. Figures go to out/bench/planner_<model>.json.
+compiles of one candidate. Figures go to out/bench/planner_<model>.json (or `--out`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 from batch_serialisation import MLP, jax_offload, jax_program
-from common import interleaved, save
+from common import add_out_option, interleaved, save
 from transformer import TransformerStack, jax_params
 from transformer import jax_offload as transformer_offload
 
@@ -111,16 +111,21 @@ def jax_runs(args: argparse.Namespace) -> dict[int, dict[str, float]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="mlp", choices=["mlp", "transformer"])
+    p.add_argument("--model", default="mlp", choices=["mlp", "transformer"], help="the model planned for")
     p.add_argument("--width", type=int, default=256, help="MLP width, or the transformer's hidden size")
     p.add_argument("--layers", type=int, default=2, help="MLP layers, or transformer blocks")
     p.add_argument("--seq", type=int, default=128, help="transformer sequence length")
     p.add_argument("--heads", type=int, default=12, help="transformer attention heads")
     p.add_argument("--batch", type=int, default=1024, help="global batch (of sequences, for the transformer)")
-    p.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 4, 8])
-    p.add_argument("--io-modes", type=lambda s: s.split(","), default=["compute", "io_overlapped"])
-    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument(
+        "--steps", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 4, 8], help="step counts to consider"
+    )
+    p.add_argument(
+        "--io-modes", type=lambda s: s.split(","), default=["compute", "io_overlapped"], help="io_modes to consider"
+    )
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="where popxl Sessions and JAX run")
     p.add_argument("--repeats", type=int, default=7, help="timed runs of each compared plan, in alternation")
+    add_out_option(p)
     args = p.parse_args()
     if args.model == "mlp":
         make: Callable[[], Any] = partial(MLP, args.layers)
@@ -228,7 +233,7 @@ def main() -> None:
             f"{planned.get('seconds', float('nan')) * 1e3:.1f} ms; {summary} {row.get('planner_error', '')}",
             flush=True,
         )
-    print(f"figures in {save('planner_' + args.model, figures)}")
+    print(f"figures in {save('planner_' + args.model, figures, args.out)}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 import numpy as np  # noqa: E402
-from common import interleaved, plot_ratios, save  # noqa: E402
+from common import add_out_option, interleaved, plot_ratios, save  # noqa: E402
 
 import popxl  # noqa: E402
 from popxl import ops  # noqa: E402
@@ -42,6 +42,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=256, help="width of the all-reduced matrices")
     p.add_argument("--layers", type=int, default=8, help="rounds of three all-reduces")
     p.add_argument("--repeats", type=int, default=15, help="timed repeats, interleaved")
+    add_out_option(p)
     args = p.parse_args()
     x = np.random.default_rng(0).normal(size=(REPLICAS, args.size, args.size)).astype(np.float32)
     sessions, streams = {}, {}
@@ -60,7 +61,7 @@ def main() -> None:
         "simulate_s": times["simulate"],
         "ratio_devices_over_simulate": times["devices"] / times["simulate"],
     }
-    path = save("replication", figures)
+    path = save("replication", figures, args.out)
     print(
         f"8 replicas, {args.layers} x 3 all-reduces of {args.size}x{args.size}: "
         f"devices {times['devices'] * 1e3:.1f} ms, simulate {times['simulate'] * 1e3:.1f} ms, "
@@ -68,7 +69,7 @@ def main() -> None:
     )
     print(f"written to {path}")
     groups = {"8 replicas": {"one device per replica / simulated": figures["ratio_devices_over_simulate"]}}
-    print(f"picture in {plot_ratios('replication', 'Replica modes', groups)}")
+    print(f"picture in {plot_ratios('replication', 'Replica modes', groups, out=args.out)}")
 
 
 if __name__ == "__main__":

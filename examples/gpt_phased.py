@@ -84,6 +84,7 @@ from popxl_addons.transforms.batch_serialisation import (
 )
 
 Array = np.ndarray[Any, Any]
+Row = int | popxl.Tensor  # a layer's entry in its stage's remote buffers: fixed, or the layer loop's counter
 
 jax.config.update("jax_num_cpu_devices", 8)  # before JAX initialises: one CPU device per replica
 
@@ -348,10 +349,12 @@ class Remote:
             total += b.entries * math.prod(shape) * b.tensor_dtype.itemsize
         return total
 
-    def loaded(self, row: int) -> addons.NamedTensors:
+    def loaded(self, row: Row) -> addons.NamedTensors:
+        """Entry `row` of every buffer."""
         return addons.NamedTensors.pack(self.names, self.load.call(row))
 
-    def stored(self, tensors: addons.NamedTensors, row: int) -> None:
+    def stored(self, tensors: addons.NamedTensors, row: Row) -> None:
+        """`tensors` into entry `row` of their buffers."""
         self.store.bind(tensors).call(row)
 
 
@@ -368,7 +371,7 @@ class Stage:
     gather: tuple[addons.GraphWithNamedArgs, list[str]]
     reduce: tuple[addons.GraphWithNamedArgs, list[str]]
     optimizers: dict[str, Any]
-    accums: addons.NamedTensors  # on the device, whole, shared by the stage's layers
+    accums: addons.NamedVariableFactories  # the gradient accumulators, made zero on the device in each phase
     copies: dict[str, int]  # how many replicas hold each element of a weight's shard
     variables: list[addons.NamedTensors] = field(default_factory=list)
 
@@ -376,31 +379,31 @@ class Stage:
         """Host bytes per replica of the stage's remote state (see `Remote.host_bytes`)."""
         return sum(r.host_bytes(sharded) for r in (self.weights, self.grads, self.adam))
 
-    def _gathered(self, row: int) -> addons.NamedTensors:
+    def _gathered(self, row: Row) -> addons.NamedTensors:
         graph, names = self.gather
         return addons.NamedTensors.pack(names, graph.bind(self.weights.loaded(row)).call())
 
-    def forward_phase(self, row: int) -> None:
+    def forward_phase(self, row: Row) -> None:
+        """The stage's forward over every micro-batch, with the weights of layer `row`."""
         self.forward.graph.bind(self._gathered(row)).call(row)
 
-    def backward_phase(self, row: int, config: Config) -> popxl.Tensor:
+    def backward_phase(self, row: Row, config: Config) -> popxl.Tensor:
         """The gradients over every micro-batch, reduce-scattered over the data-parallel replicas into this
         replica's shards and stored; this replica's part of the squared norm."""
         state = self._gathered(row)
-        state.update(self.accums)
+        accums = self.accums.init_zero()
+        state.update(accums)
         self.backward.graph.bind(state).call(row)
         graph, names = self.reduce
-        grads = addons.NamedTensors.pack(names, graph.bind(self.accums.get("accum")).call())
+        grads = addons.NamedTensors.pack(names, graph.bind(accums.get("accum")).call())
         total = popxl.constant(np.float32(0.0))
         for name, grad in grads.to_dict().items():
             square = grad_reduce_square_add(grad, loss_scaling=config.loss_scaling * config.dp)
             total = total + (square * (1 / self.copies[name]) if self.copies[name] > 1 else square)
         self.grads.stored(grads, row)
-        for accum in self.accums.values_flat():
-            ops.var_updates.accumulator_zero_(accum)
         return total
 
-    def optimizer_phase(self, row: int, norm: popxl.Tensor) -> None:
+    def optimizer_phase(self, row: Row, norm: popxl.Tensor) -> None:
         """An Adam step on this replica's shards of the layer's weights."""
         weights, grads, adam = self.weights.loaded(row), self.grads.loaded(row), self.adam.loaded(row)
         for name, graph in self.optimizers.items():
@@ -417,6 +420,7 @@ def build_stage(
     factories, forward = module.create_graph(*inputs)
     required = [forward.graph.inputs[0]] if "dx" in handles else []
     accums, backward = autodiff_with_accumulation(forward, required, factories)
+    accum_inputs = backward.args.get("accum")  # the specs the reduction takes
     groups = shard_groups(factories)
     by_name, group_of = factories.to_dict(), groups.to_dict()
     shard_over = {name: g.group_size for name, g in group_of.items()}
@@ -441,7 +445,6 @@ def build_stage(
     weights = Remote.of(weight_buffers)
     shards = addons.NamedTensors.pack(weights.names, weights.load.graph.outputs)
     name = type(module).__name__
-    device_accums = accums.init(prefix=f"{name}.accum")
     stage = Stage(
         fwd,
         bwd,
@@ -449,11 +452,9 @@ def build_stage(
         Remote.of(grad_buffers),
         Remote.of(adam_buffers),
         all_gather_replica_sharded_graph(shards, replica_groups=groups),
-        reduce_replica_sharded_graph(
-            device_accums.get("accum"), "add", shard_groups=groups, replica_group=Groupings(config).dp
-        ),
+        reduce_replica_sharded_graph(accum_inputs, "add", shard_groups=groups, replica_group=Groupings(config).dp),
         optimizers,
-        device_accums,
+        accums,
         {n: config.replicas // (f.replica_grouping.num_groups * group_of[n].group_size) for n, f in by_name.items()},
     )
     for row in range(rows):
@@ -628,6 +629,9 @@ def train(config: Config) -> dict[str, Any]:
         t, y = per_replica(config, tokens, labels)  # (replicas, batch, ...) -> (steps, replicas, micro, ...)
         t = t.reshape(config.replicas, config.steps, config.micro, config.sequence).swapaxes(0, 1)
         y = y.reshape(config.replicas, config.steps, config.micro * config.sequence).swapaxes(0, 1)
+        # As in popxl, a single transfer (one micro-batch a step) takes no transfers axis.
+        t = t.reshape(phased.host_layout.shape(phased_streams["tokens"].shape))
+        y = y.reshape(phased.host_layout.shape(phased_streams["labels"].shape))
         return {phased_streams["tokens"]: t, phased_streams["labels"]: y}
 
     def feeds_plain(tokens: Array, labels: Array) -> dict[Any, Array]:

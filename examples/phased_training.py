@@ -394,23 +394,24 @@ def train(config: Config, show_progress: bool = True) -> dict[str, Any]:
     plain.write_variables_data({plain_weights.get(n): v for n, v in start.items()})
 
     curves: dict[str, list[float]] = {"phased": [], "unphased": []}
-    micro_shape = (config.steps, config.micro)
+    # As in popxl, the host arrays have a transfers (micro-batch) axis only when there are several.
+    x_shape = phased.host_layout.shape(phased_streams["x"].shape)
+    labels_shape = phased.host_layout.shape(phased_streams["labels"].shape)
     progress = _progress(show_progress)
     with phased, plain, progress as bar:
         task = bar.add_task("training", total=config.training_steps) if bar is not None else None
         for x, y in data:
             out = phased.run(
-                {phased_streams["x"]: x.reshape(*micro_shape, TOKENS, PIXELS),
-                 phased_streams["labels"]: y.reshape(micro_shape)}
-            )  # fmt: skip
+                {phased_streams["x"]: x.reshape(x_shape), phased_streams["labels"]: y.reshape(labels_shape)}
+            )
             curves["phased"].append(float(np.mean(out[phased_streams["loss"]])))
             out = plain.run({plain_streams["x"]: x, plain_streams["labels"]: y})
             curves["unphased"].append(float(out[plain_streams["loss"]]))
             if bar is not None and task is not None:
                 bar.update(task, advance=1, description=f"loss {curves['phased'][-1]:.3f}")
         feeds_phased = {
-            phased_streams["x"]: data[0][0].reshape(*micro_shape, TOKENS, PIXELS),
-            phased_streams["labels"]: data[0][1].reshape(micro_shape),
+            phased_streams["x"]: data[0][0].reshape(x_shape),
+            phased_streams["labels"]: data[0][1].reshape(labels_shape),
         }
         feeds_plain = {plain_streams["x"]: data[0][0], plain_streams["labels"]: data[0][1]}
         memory = {"phased": phased.memory_analysis(feeds_phased), "unphased": plain.memory_analysis(feeds_plain)}

@@ -107,16 +107,23 @@ def test_cli_reports_and_plots(tmp_path: Path) -> None:
         ]
     )
     assert code == 0
-    records = json.loads(out_json.read_text())["cases"]
+    document = json.loads(out_json.read_text())
+    records = document["variants"]
     assert len(records) == 6 and all(r["passed"] for r in records)
     assert {(r["io_mode"], r["remote_memory"]) for r in records} == {
         (mode, memory) for mode in ("compute", "io", "io_overlapped") for memory in ("host", "device")
     }
-    assert all(r["device_kib_serialised"] >= 0 and r["ms_serialised"] > 0 for r in records)
+    assert all(r["device_bytes_serialised"] >= 0 and r["time_s_serialised"] > 0 for r in records)
     # Stored outputs live in the remote buffer: in host memory with host placement, on the device otherwise.
     for r in records:
-        assert (r["host_kib_serialised"] > 0) == (r["remote_memory"] == "host")
-    assert "6/6 passed" in out_html.read_text()
+        assert (r["host_bytes_serialised"] > 0) == (r["remote_memory"] == "host")
+    (case,) = document["cases"]
+    assert case["passed"] == 6 and case["time_ratio"]["min"] > 0
+    # The plot is named in the JSON and shown in the HTML, one panel per io_mode.
+    assert [p["io_mode"] for p in document["schedule_plot"]["panels"]] == ["compute", "io", "io_overlapped"]
+    assert {p["variant"] for p in document["schedule_plot"]["panels"]} <= {r["id"] for r in records}
+    page = out_html.read_text()
+    assert "All 6 variants that ran match" in page and "data:image/png;base64," in page
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

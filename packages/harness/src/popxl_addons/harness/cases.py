@@ -107,7 +107,8 @@ class Variant:
     def skip_reason(self) -> str | None:
         """Why the variant cannot run as asked, or None."""
         if self.io_mode == "io_overlapped" and self.steps < 2:
-            return f"io_overlapped needs at least 2 steps (this variant has {self.steps}); 'io' covers it"
+            # Short: the CLI prints it after "skipped N variant(s): " in at most 80 columns.
+            return f"io_overlapped needs at least 2 steps; 'io' covers {self.steps} step"
         return None
 
     @property

@@ -6,18 +6,22 @@ import argparse
 import importlib
 import inspect
 import json
+import math
 import multiprocessing
 import os
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
 
 from popxl_addons.core import IO_MODES, Module
 from popxl_addons.harness.builtin import BUILTIN_CASES
@@ -51,7 +55,47 @@ LOG_COLUMNS = 80
 
 
 class UsageError(Exception):
-    """Bad input, reported as one line naming what was wrong."""
+    """Bad input, reported as one message naming what was wrong."""
+
+
+def fit(text: str, width: int = LOG_COLUMNS) -> str:
+    """`text` with each line longer than `width` wrapped, continuations indented two more spaces."""
+    out = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        # Long words (paths, ids) are broken rather than left to overflow: nothing is dropped either way.
+        wrapped = textwrap.wrap(
+            line.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+        )
+        out.extend(wrapped or [""])
+    return "\n".join(out)
+
+
+def help_formatter(base: type[argparse.HelpFormatter]) -> Callable[..., argparse.HelpFormatter]:
+    """`base` formatting for at most LOG_COLUMNS columns, or the terminal's width where narrower."""
+
+    def make(prog: str) -> argparse.HelpFormatter:
+        # argparse reads COLUMNS or the terminal, and leaves 2 columns spare.
+        return base(prog, width=min(shutil.get_terminal_size().columns, LOG_COLUMNS) - 2)
+
+    return make
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose error message is wrapped to fit LOG_COLUMNS, like its usage."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the wrapped message on standard error; exit with 2."""
+        self.print_usage(sys.stderr)
+        self.exit(2, fit(f"{self.prog}: error: {message}") + "\n")
+
+
+def say(console: Console, text: str) -> None:
+    """Print plain `text` (no markup) on `console`, wrapped to LOG_COLUMNS or the console's width if narrower."""
+    console.print(fit(text, min(console.width, LOG_COLUMNS)), markup=False, highlight=False, soft_wrap=True)
 
 
 def _positive_ints(flag: str) -> Callable[[str], tuple[int, ...]]:
@@ -97,8 +141,10 @@ def _jobs(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The command line."""
-    p = argparse.ArgumentParser(
-        prog="popxl-addons-harness", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    p = ArgumentParser(
+        prog="popxl-addons-harness",
+        description=DESCRIPTION,
+        formatter_class=help_formatter(argparse.RawDescriptionHelpFormatter),
     )
     p.add_argument(
         "target",
@@ -303,13 +349,37 @@ def _run(
             done(variants[i])
 
 
-def write_plot(cases: list[Case], path: str) -> None:
-    """Plot each case's serialised schedule at its largest step count, one panel per io_mode."""
+def figures_table(outcomes: Sequence[Outcome], shown: Table, width: int) -> Table | None:
+    """The measured figures that `shown` (the results table) had no room for, a row per variant, or None."""
+    from popxl_addons.harness import report
+
+    # A narrow terminal or a log (80 columns) drops the figure columns from the results table: they follow.
+    headers = {str(c.header) for c in shown.columns}
+    dropped = [c for c in reversed(report._OPTIONAL) if c not in headers]
+    measured = [o for o in outcomes if o.verdict != "SKIP" and any(math.isfinite(s) for s in o.seconds.values())]
+    if not dropped or not measured:
+        return None
+    t = Table(title="Figures per variant", title_justify="left", width=width)
+    t.add_column("variant", overflow="fold")
+    for c in dropped:
+        t.add_column(c, justify="right", no_wrap=True)
+    for o in measured:
+        cells = report._cells(o)
+        t.add_row(cells["variant"], *(cells[c] for c in dropped))
+    return t
+
+
+def write_plot(cases: list[Case], path: str) -> dict[str, Any]:
+    """Plot each case's serialised schedule at its largest step count, one panel per io_mode.
+
+    Returns what the report records of it: the path and, per panel, the case, io_mode, steps and variant drawn.
+    """
     from popxl_addons.harness.plot import plot_schedules
     from popxl_addons.harness.programs import serialised_program
     from popxl_addons.harness.schedule import schedule
 
     panels = {}
+    drawn = []
     for case in cases:
         steps = max(case.steps)
         for mode in case.io_modes:
@@ -322,12 +392,14 @@ def write_plot(cases: list[Case], path: str) -> None:
             if program.serialised_grad is not None and program.compute_grad is not None:
                 loops["backward"] = schedule(program.serialised_grad, program.compute_grad)
             panels[(f"{case.name}, {steps} steps", mode)] = loops
+            drawn.append({"case": case.name, "io_mode": mode, "steps": steps, "variant": variant.id})
     plot_schedules(panels, path)
+    return {"path": path, "panels": drawn}
 
 
 def _console() -> Console:
-    # In a pipe or a log, rich would assume 80 columns; COLUMNS, when set, says better.
-    return Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120")))
+    # A pipe or a log has no width: LOG_COLUMNS, unless COLUMNS says otherwise.
+    return Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", str(LOG_COLUMNS))))
 
 
 def progress_console() -> Console:
@@ -347,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cases = select_cases(args)
     except UsageError as e:
-        print(f"popxl-addons-harness: error: {e}", file=sys.stderr)
+        print(fit(f"popxl-addons-harness: error: {e}"), file=sys.stderr)
         return 2
     replicas = max(layout.replication for c in cases for layout in c.layouts)
     # One CPU device per replica, for this process and the workers (before JAX starts its backends).
@@ -356,48 +428,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     broken = {c.name: error for c in cases if (error := build_error(c)) is not None}
     variants = [v for c in cases for v in c.variants()]
     skipped = sum(v.skip_reason is not None for v in variants)
-    console.print(
-        f"{len(variants)} variants of {len(cases)} case(s) ({skipped} skipped), {args.jobs} worker(s)",
-        highlight=False,
-    )
+    say(console, f"{len(variants)} variants of {len(cases)} case(s) ({skipped} skipped), {args.jobs} worker(s)")
     outcomes = run_all(argv, variants, args.jobs, not args.no_measure, progress_console(), broken)
     from popxl_addons.harness import report
 
-    console.print(report.table([o for o in outcomes if o.variant.case.name not in broken], console.width))
+    built = [o for o in outcomes if o.variant.case.name not in broken]
+    shown = report.table(built, console.width)
+    console.print(shown)
+    if (figures := figures_table(built, shown, console.width)) is not None:
+        console.print(figures)
     for name, error in broken.items():
         last = [line for line in error.strip().splitlines() if line.strip()][-1].strip()
         count = sum(v.case.name == name for v in variants)
-        console.print(
-            f"case {name}: the module cannot be built ({count} variant(s) not run): {last}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        # The error on a line of its own, so that it wraps least.
+        say(console, f"case {name}: the module cannot be built ({count} variant(s) not run):\n  {last}")
     for line in [*report.skipped_lines(outcomes), *report.repeated_warnings(outcomes)]:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        say(console, line)
     for o in outcomes:
         if o.verdict == "FAIL":
-            console.print(o.report(), markup=False, highlight=False, soft_wrap=True)
+            say(console, o.report())
     console.print(report.case_summary(outcomes))
     for path in (args.json, args.html, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # The plot first, so that the JSON names it and the HTML shows it.
+    plotted = None
+    if args.plot:
+        try:
+            plotted = write_plot(cases, args.plot)
+            say(console, f"schedule plot written to {args.plot}")
+        except Exception as e:  # the results stand without it; a picture that cannot be drawn is said once
+            say(console, f"no schedule plot: {type(e).__name__}: {e}")
     if args.json:
-        report.write_json(outcomes, args.json)
+        report.write_json(outcomes, args.json, plotted)
     if args.html:
-        report.write_html(outcomes, args.html)
+        report.write_html(outcomes, args.html, plotted)
     errors = [o for o in outcomes if o.verdict == "ERROR"]
     if errors:
         where = f" (tracebacks in {args.json or args.html})" if args.json or args.html else " (--json keeps tracebacks)"
-        console.print(
-            f"{len(errors)} variant(s) could not be built or run{where}", markup=False, highlight=False, soft_wrap=True
-        )
-    if args.plot:
-        try:
-            write_plot(cases, args.plot)
-            console.print(f"schedule plot written to {args.plot}", markup=False, highlight=False, soft_wrap=True)
-        except Exception as e:  # the report is out already; a picture that cannot be drawn is said once
-            console.print(f"no schedule plot: {type(e).__name__}: {e}", markup=False, highlight=False, soft_wrap=True)
+        say(console, f"{len(errors)} variant(s) could not be built or run{where}")
     failed = [o for o in outcomes if o.verdict in ("FAIL", "ERROR")]
     return 1 if failed else 0
 

@@ -41,7 +41,8 @@ class TensorReport:
     def describe(self) -> str:
         """One line: the tensor, its errors and where the largest one is."""
         status = "ok" if self.ok else "MISMATCH"
-        return f"{self.name}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g} at {self.where} [{status}]"
+        diffs = f"max abs diff {self.max_abs:.3g}, max rel diff {self.max_rel:.3g}"
+        return f"{self.name}: {diffs} at {self.where} [{status}]"
 
 
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")
@@ -95,7 +96,7 @@ class Outcome:
         if worst is None:
             return "nothing was compared"
         if worst.ok:
-            return f"max abs error {worst.max_abs:.2g} ({worst.name})"
+            return f"max abs diff {worst.max_abs:.3g} ({worst.name})"
         return f"{worst.name} differs by {worst.max_abs:.3g} at {worst.where}"
 
     def report(self) -> str:

@@ -13,11 +13,14 @@ from popxl_addons.core import IO_MODES, SerialisationPlan, plan_batch_serialisat
 from popxl_addons.harness.cases import Case
 from popxl_addons.harness.cli import (
     PROGRESS_SECONDS,
+    ArgumentParser,
     UsageError,
     _built,
     _choices,
     _kwargs,
     _positive_ints,
+    fit,
+    help_formatter,
     load_target,
     progress_console,
     progress_line,
@@ -44,10 +47,11 @@ def _batch(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The `plan` command line."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="popxl-addons-harness plan",
         description="Choose steps, io_mode and each activation's place (host, recompute or keep) so that one "
         "forward-and-gradient pass over the global batch fits a device-memory budget; print the plan and why.",
+        formatter_class=help_formatter(argparse.HelpFormatter),
     )
     p.add_argument("target", metavar="MODULE:ATTR", help="a popxl_addons Module class or a function returning one")
     p.add_argument(
@@ -60,7 +64,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=parse_bytes, required=True, help="device memory, e.g. 2GiB")
     p.add_argument("--kwargs", type=_kwargs, default={}, help="constructor arguments as a JSON object")
     p.add_argument("--steps", type=_positive_ints("--steps"), help="step counts to consider (default: divisors)")
-    p.add_argument("--io-modes", type=_choices("--io-modes", IO_MODES), default=IO_MODES)
+    p.add_argument(
+        "--io-modes",
+        type=_choices("--io-modes", IO_MODES),
+        default=IO_MODES,
+        help=f"io_modes to consider, a subset of {','.join(IO_MODES)} (default: all)",
+    )
     p.add_argument("--check", action="store_true", help="run the normal-vs-serialised equivalence on the plan")
     return p
 
@@ -98,7 +107,7 @@ def _check(plan: SerialisationPlan, args: argparse.Namespace, micro_shape: tuple
         atol=1e-4,
     )
     outcome = check(case.variants()[0])
-    print(outcome.report())
+    print(fit(outcome.report()))
     return outcome.passed
 
 
@@ -109,7 +118,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         factory = load_target(args.target)
     except UsageError as e:
-        print(f"popxl-addons-harness plan: error: {e}", file=sys.stderr)
+        print(fit(f"popxl-addons-harness plan: error: {e}"), file=sys.stderr)
         return 2
     spec = popxl.TensorSpec((batch, *args.input_shape), popxl.float32)
     try:
@@ -121,10 +130,10 @@ def main(argv: Sequence[str]) -> int:
             steps_choices=args.steps,
             progress=_Progress(),
         )
-    except ValueError as e:
-        print(f"no plan: {e}")
+    except (ValueError, popxl.OutOfMemoryError) as e:
+        print(fit(f"no plan: {e}"))
         return 1
-    print(plan.explain())
+    print(fit(plan.explain()))
     if args.check:
         return 0 if _check(plan, args, (batch // plan.steps, *args.input_shape)) else 1
     return 0

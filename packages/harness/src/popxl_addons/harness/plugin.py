@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 
 from popxl_addons.harness.cases import Case, Variant
+from popxl_addons.harness.document import variant_record
 from popxl_addons.harness.equivalence import check
+
+# Fields of a variant's JSON record that each item reports as a user property.
+PROPERTIES = ("id", "verdict", "max_abs_diff", "max_rel_diff")
 
 
 class HarnessMismatchError(Exception):
@@ -34,6 +38,9 @@ class HarnessItem(pytest.Item):
         if self.variant.skip_reason is not None:
             pytest.skip(self.variant.skip_reason)
         outcome = check(self.variant)
+        # As the JSON report names them, for --junitxml and other reporters.
+        record = variant_record(outcome)
+        self.user_properties.extend((k, record[k]) for k in PROPERTIES if record[k] is not None)
         if not outcome.passed:
             raise HarnessMismatchError(outcome.report())
 

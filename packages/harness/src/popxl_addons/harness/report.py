@@ -1,17 +1,16 @@
-"""The harness report: terminal tables that fit the terminal, JSON and HTML."""
+"""The harness report: terminal tables that fit the terminal; the JSON and HTML files, from one document."""
 
 from __future__ import annotations
 
-import html
-import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
+from popxl_addons.harness import document, report_html
 from popxl_addons.harness.equivalence import VERDICTS, Outcome
 
 MiB = 2**20
@@ -30,41 +29,6 @@ def _mib(n: int) -> str:
 
 def _ms(s: float) -> str:
     return "-" if s != s else f"{s * 1000:.1f}"
-
-
-def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
-    """One flat record per outcome."""
-    out = []
-    for o in outcomes:
-        v = o.variant
-        out.append(
-            {
-                "id": v.id,
-                "case": v.case.name,
-                "io_mode": v.io_mode,
-                "steps": v.steps,
-                "rows": v.rows,
-                "store": v.store,
-                "load": v.load,
-                "grouping": v.layout.label,
-                "remote_memory": v.remote_memory,
-                "verdict": o.verdict,
-                "summary": o.summary,
-                "max_abs_error": o.max_abs,
-                "passed": o.passed,
-                **{
-                    f"{figure.removesuffix('_bytes')}_kib_{program}": _figure(o, program, figure) / 1024
-                    for program in ("normal", "serialised")
-                    for figure in ("device_bytes", "host_bytes", "temp")
-                },
-                "ms_normal": o.seconds.get("normal", float("nan")) * 1000,
-                "ms_serialised": o.seconds.get("serialised", float("nan")) * 1000,
-                "tensors": [t.__dict__ for t in o.tensors],
-                "error": o.error,
-                "warnings": o.warnings,
-            }
-        )
-    return out
 
 
 def _cells(o: Outcome) -> dict[str, str]:
@@ -135,44 +99,11 @@ def repeated_warnings(outcomes: Sequence[Outcome]) -> list[str]:
     return [f"warning ({n}x): {w}" if n > 1 else f"warning: {w}" for w, n in counts.most_common()]
 
 
-def write_json(outcomes: Sequence[Outcome], path: str | Path) -> None:
-    """Write every outcome as JSON, errors with their full tracebacks."""
-    Path(path).write_text(json.dumps({"cases": rows(outcomes)}, indent=2, default=str))
+def write_json(outcomes: Sequence[Outcome], path: str | Path, schedule_plot: Mapping[str, Any] | None = None) -> None:
+    """Write the report document as JSON: every figure of the HTML report, errors with their full tracebacks."""
+    document.write_json(document.build(outcomes, schedule_plot), path)
 
 
-def write_html(outcomes: Sequence[Outcome], path: str | Path) -> None:
-    """Write the outcomes as HTML: a section per case with its summary, failures and errors expanded."""
-    records = rows(outcomes)
-    keys = ["id", "verdict", "summary", "device_kib_normal", "device_kib_serialised"]
-    keys += ["host_kib_normal", "host_kib_serialised", "ms_normal", "ms_serialised"]
-    head = "".join(f"<th>{k}</th>" for k in keys)
-    sections = []
-    by_case: dict[str, list[tuple[dict[str, Any], Outcome]]] = {}
-    for r, o in zip(records, outcomes):
-        by_case.setdefault(o.variant.case.name, []).append((r, o))
-    for case, members in by_case.items():
-        counts = Counter(o.verdict for _, o in members)
-        summary = ", ".join(f"{counts[v]} {v.lower()}" for v in VERDICTS if counts[v])
-        body = []
-        for r, o in members:
-            cells = "".join(
-                f"<td>{html.escape(f'{r[k]:.4g}' if isinstance(r[k], float) else str(r[k]))}</td>" for k in keys
-            )
-            body.append(f'<tr class="{o.verdict.lower()}">{cells}</tr>')
-            if o.verdict in ("FAIL", "ERROR"):
-                detail = f"<details open><pre>{html.escape(o.report())}</pre></details>"
-                body.append(f'<tr class="{o.verdict.lower()}"><td colspan="{len(keys)}">{detail}</td></tr>')
-        status = "ok" if all(o.verdict in ("PASS", "SKIP") for _, o in members) else "bad"
-        sections.append(
-            f'<h2 class="{status}">{html.escape(case)}: {summary}</h2><table><tr>{head}</tr>{"".join(body)}</table>'
-        )
-    passed = sum(o.passed for o in outcomes)
-    ran = sum(o.verdict != "SKIP" for o in outcomes)
-    Path(path).write_text(
-        "<!doctype html><meta charset='utf-8'><title>popxl-addons harness</title>"
-        "<style>body{font-family:sans-serif}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
-        ".fail,.error{background:#fdd}.skip{color:#888}h2.bad{color:#a00}</style>"
-        f"<h1>Batch serialisation: {passed}/{ran} passed</h1>"
-        "<p>Memory is per device: device and host bytes held while the program runs (KiB).</p>"
-        f"{''.join(sections)}"
-    )
+def write_html(outcomes: Sequence[Outcome], path: str | Path, schedule_plot: Mapping[str, Any] | None = None) -> None:
+    """Write the report as one self-contained HTML page; `schedule_plot` names the --plot picture to embed."""
+    report_html.write_html(document.build(outcomes, schedule_plot), path)
