@@ -38,6 +38,13 @@ class Session:
     anything is allocated, where the machine's memory cannot hold them
     (`check_memory`).
 
+    While attached (with `weights_to_host_on_exit`, the default), the devices
+    hold the variables' values alone: the host copies are dropped at attach,
+    each value is read from the devices when asked for (`get_tensor_data`, or
+    the variable's `host_data`) and all are read back when the Session
+    detaches, even after an error. So a program's state is held once, not on
+    the host and the device both (on a CPU, one memory).
+
     A variable created from an `np.memmap` keeps its host value in the map:
     `get_tensor_data` returns the map itself and `weights_to_host` writes into
     it and flushes it; with a read-only map, weights never go to the host (as
@@ -62,8 +69,9 @@ class Session:
         self.weights_to_host_on_exit = weights_to_host_on_exit and not self._read_only_maps
         ir.lock_replication()
         ir.write_final_dot()
-        # Host values are replaced, never written in place, so they start as the variables' own data.
-        self._host: dict[Variable, Array] = {v: v.host_data for v in self._program.variables}
+        # Host values are replaced, never written in place, so they start as the variables' own data. None: the
+        # devices hold the value alone (while attached, see `_hand_over`).
+        self._host: dict[Variable, Array | None] = {v: v.host_data for v in self._program.variables}
         self._state: Any = None
         self._attached = 0
         self._host_stale = False
@@ -89,8 +97,10 @@ class Session:
 
     def __enter__(self) -> Session:
         if self._attached == 0:
-            self._state = self._program.init_state(_on_device(self._host))
+            self._state = self._program.init_state(_on_device(self._held()))
             self._host_stale = False
+            if self.weights_to_host_on_exit:
+                self._hand_over()
         self._attached += 1
         return self
 
@@ -99,7 +109,40 @@ class Session:
             self.weights_to_host()
         self._attached -= 1
         if self._attached == 0:
+            self._take_back()
             self._state = None
+
+    def _hand_over(self) -> None:
+        """Drop the host copies of the values the devices now hold, so that the state is held once while
+        attached (on a CPU, host and device memory are one): each is read from the devices when asked for, and
+        read back whole when the Session detaches. Memory-mapped values stay in their maps."""
+        for v, held in self._host.items():
+            if held is not None and not isinstance(held, np.memmap):
+                self._host[v] = None
+                v._lend(self)
+
+    def _take_back(self) -> None:
+        """Read back what only the devices hold (leaving after an error too, which popxl leaves unread: here the
+        host copies went at attach), and give the variables their host values again."""
+        missing = [v for v, held in self._host.items() if held is None]
+        if missing:
+            values = self._program.read_variables(self._state, missing)
+            self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
+        for v, held in self._host.items():
+            if v._held_by(self):
+                assert held is not None
+                v._give_back(held)
+
+    def _held(self) -> dict[Variable, Array]:
+        """The host values the Session holds (all of them while detached)."""
+        return {v: a for v, a in self._host.items() if a is not None}
+
+    def _drop_stale(self) -> None:
+        """After a run: the host values the devices have moved past are stale, and dropped where the devices
+        hold the values alone."""
+        self._host_stale = True
+        if any(v._held_by(self) for v in self._host):
+            self._hand_over()
 
     def _require_attached(self, what: str) -> None:
         if not self.is_attached:
@@ -108,18 +151,21 @@ class Session:
     def weights_from_host(self) -> None:
         """Copy every variable's host value to every replica."""
         self._require_attached("weights_from_host")
-        self._state = self._program.with_variables(self._state, _on_device(self._host))
+        self._state = self._program.with_variables(self._state, _on_device(self._held()))
         self._host_stale = False
 
     def weights_to_host(self) -> None:
-        """Copy every variable's device value (first replica of each group) to the host."""
+        """Copy every variable's device value (first replica of each group) to the host.
+
+        While attached, values the devices hold alone (see the class) are read when asked for instead.
+        """
         if self._read_only_maps:
             raise Exception(
                 "Writing data from device to host is not possible as the `ir` contains a read-only memmap "
                 f"(variables {self._read_only_maps})."
             )
         self._require_attached("weights_to_host")
-        values = self._program.read_variables(self._state, self._program.variables)
+        values = self._program.read_variables(self._state, [v for v, held in self._host.items() if held is not None])
         self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
         self._host_stale = False
 
@@ -147,7 +193,7 @@ class Session:
         self._state = new_state
         if error is not None:
             raise error
-        self._host_stale = True
+        self._drop_stale()
         layout = self.host_layout
         return {s: dtypes.host_view(layout.from_replica_major(outputs[s.tensor_id])) for s in self._program.d2h}
 
@@ -184,7 +230,8 @@ class Session:
 
     @property
     def local_replicas(self) -> int:
-        """Replicas whose host data this process feeds and receives (all of them in one process)."""
+        """Replicas whose host data this process feeds and receives (all of them in one process): popxl's
+        `ir.instance_replication_factor`, which sizes the host arrays' replica axis."""
         return self._program.placement.local_replicas
 
     @property
@@ -195,7 +242,8 @@ class Session:
 
     def _full_input_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The host shape of data for a stream of `shape`, as popxl gives it: `(num_host_transfers,)` first
-        when there are several transfers, then `(local replicas,)` when replicated, then `shape`."""
+        when there are several transfers, then `(local replicas,)` when this process runs more than one
+        replica (popxl's `ir.instance_replication_factor > 1`), then `shape`."""
         return self.host_layout.shape(tuple(shape))
 
     def _to_replica_major(self, stream: HostToDeviceStream, data: Any, downcast: bool = True) -> Array:
@@ -269,12 +317,16 @@ class Session:
         self._set_host(checked)
         if self.is_attached:
             self._state = self._program.with_variables(self._state, _on_device(checked))
+            if any(v._held_by(self) for v in self._host):
+                self._hand_over()
 
     def _every_replica(self, var: Variable) -> Array:
         """Each replica's value of `var`, in replica order (popxl's "all_replicas" retrieval)."""
         if self.is_attached:
             return dtypes.host_view(self._program.replica_rows(self._state, var))
-        return self._program.state.replica_values(var, self._host[var])
+        held = self._host[var]
+        assert held is not None  # detached: every value is on the host
+        return self._program.state.replica_values(var, held)
 
     def get_tensor_data(self, tensor: Tensor) -> Array:
         """The host value of a Variable or Constant."""
@@ -293,6 +345,8 @@ class Session:
                 held = self._host[t]
                 if t.retrieval_mode == "all_replicas" and t.replica_grouping.group_size > 1:
                     out[t] = self._every_replica(t)
+                elif held is None:  # held on the devices alone: a new array, the caller's own
+                    out[t] = dtypes.host_view(self._program.read_variables(self._state, [t])[t])
                 else:
                     out[t] = held if isinstance(held, np.memmap) else held.copy()
             else:

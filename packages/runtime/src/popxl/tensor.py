@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -384,9 +385,38 @@ class Variable(Tensor):
     ) -> None:
         self._group_shape = tuple(data.shape[1:] if replica_grouping.num_groups > 1 else data.shape)
         super().__init__(graph, name, TensorSpec(self._group_shape, dtype, meta_shape))
-        self.host_data = data
+        self._host_data: np.ndarray[Any, Any] | None = data
+        # The Session that holds the value on its devices alone, while it does (see `Session`).
+        self._holder: weakref.ref[Any] | None = None
         self.replica_grouping = replica_grouping
         self.retrieval_mode = retrieval_mode
+
+    @property
+    def host_data(self) -> np.ndarray[Any, Any]:
+        """The host value: the data given at creation (or last read back), or, while a Session holds the
+        variable on its devices alone, that Session's current value."""
+        if self._holder is None:
+            assert self._host_data is not None
+            return self._host_data
+        holder = self._holder()
+        if holder is None:
+            raise RuntimeError(f"Variable {self.id}: the Session that held its value ended while attached")
+        value: np.ndarray[Any, Any] = holder.get_tensor_data(self)
+        return value
+
+    def _lend(self, session: Any) -> None:
+        """Let `session` hold the value on its devices alone: the host data is dropped until `_give_back`."""
+        self._holder = weakref.ref(session)
+        self._host_data = None
+
+    def _held_by(self, session: Any) -> bool:
+        """Whether `session` holds the value on its devices alone."""
+        return self._holder is not None and self._holder() is session
+
+    def _give_back(self, data: np.ndarray[Any, Any]) -> None:
+        """The host value again, from the Session that held it."""
+        self._holder = None
+        self._host_data = data
 
     @property
     def group_shape(self) -> tuple[int, ...]:
@@ -396,12 +426,12 @@ class Variable(Tensor):
     @property
     def _memmap_arr(self) -> np.memmap | None:
         # popxl's own name for the map, which popxl-addons reads.
-        return self.host_data if isinstance(self.host_data, np.memmap) else None
+        return self._host_data if isinstance(self._host_data, np.memmap) else None
 
     @property
     def is_memmap(self) -> bool:
         """Whether the host value lives in an `np.memmap` given at creation, which the Session writes back to."""
-        return isinstance(self.host_data, np.memmap)
+        return isinstance(self._host_data, np.memmap)
 
     @property
     def shape_on_host(self) -> tuple[int, ...]:
