@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -72,6 +73,8 @@ def tests(session: nox.Session, package: str) -> None:
         return
     _install(session, package)
     session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])
+    if package == "runtime" and shutil.which("mpirun"):  # poprun's MPI tests: mpi4py over the host's Open MPI
+        session.install("mpi4py>=3.1")
     if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
         _torch(session)
     session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)

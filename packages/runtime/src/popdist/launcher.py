@@ -14,6 +14,10 @@ instance indices, replica offsets and JAX's process ids are global. `popdist._ho
 place (`--host`/`--hostfile`, `--num-hosts`, `--host-index`, `--coordinator-address`, or the cluster's
 variables) and `popdist._control` links the hosts' poprun so that they start and stop together.
 
+On one host, when Open MPI's `mpirun` is on PATH, the instances are started through it and are the
+ranks of one MPI job, as PopRun's are (`popdist._mpi`); otherwise, or with `--mpi off`, they are
+started directly, and poprun says so in one line.
+
 Every line an instance writes is prefixed `[1,N]<stdout>:` or `[1,N]<stderr>:` (N its index), the
 tags of Open MPI's `--tag-output` that PopRun's output carries. When one instance fails, the others
 (on every host) are stopped and poprun exits with that instance's exit code, naming it; Ctrl-C (or
@@ -26,8 +30,10 @@ import argparse
 import collections
 import contextlib
 import ctypes
+import json
 import os
 import queue
+import shlex
 import shutil
 import signal
 import socket
@@ -38,12 +44,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import IO
+from typing import IO, Protocol
 
-from popdist import _control, _env, _hosts
+from popdist import _control, _env, _hosts, _mpi
 
-# PopRun's options for IPU fabrics and MPI: accepted so that command lines written for PopRun run, and
-# without effect here (no IPU partition or MPI is involved; each host's poprun starts its own instances).
+# PopRun's options for IPU fabrics: accepted so that command lines written for PopRun run, and without
+# effect here (no IPU partition is involved).
 NO_EFFECT_OPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("--num-ilds",), "the number of IPU-Link domains"),
     (("--vipu-server-host",), "the V-IPU server's host"),
@@ -57,10 +63,13 @@ NO_EFFECT_OPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("--reset-partition",), "whether to reset the partition"),
     (("--remove-partition",), "whether to remove the partition afterwards"),
     (("--executable-cache-path",), "a Poplar executable cache"),
-    (("--mpi-global-args",), "options for mpirun"),
-    (("--mpi-local-args",), "per-instance options for mpirun"),
     (("--numa-aware",), "NUMA binding of the instances"),
     (("--offline-mode",), "running without IPUs"),
+)
+# PopRun's options for mpirun: passed to it when poprun starts the instances through it, else without effect.
+MPI_OPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("--mpi-global-args",), "options for mpirun"),
+    (("--mpi-local-args",), "more options for mpirun (PopRun's per-instance options)"),
 )
 
 # Seconds the other instances get to exit after being asked to stop, before they are killed.
@@ -73,6 +82,20 @@ LAUNCH_FAILED = 1
 
 class _TerminatedError(Exception):
     """Raised in the main thread by SIGTERM, to stop the instances as Ctrl-C does."""
+
+
+class _Instance(Protocol):
+    """A running instance: a subprocess.Popen, or an `_mpi.Rank` that mpirun started."""
+
+    @property
+    def pid(self) -> int | None:
+        """The pid leading the instance's process group (None while not known)."""
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit code."""
 
 
 def _positive(text: str) -> int:
@@ -103,6 +126,10 @@ def _yes_no(text: str) -> bool:
     if lowered in ("no", "false", "off", "0"):
         return False
     raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+
+
+def _dest(flags: tuple[str, ...]) -> str:
+    return flags[-1].lstrip("-").replace("-", "_")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how long popdist.init() waits for the coordinator and the other instances (sets {_env.INIT_TIMEOUT}; "
         f"default: {_env.INIT_TIMEOUT} if set, else {_env.DEFAULT_INIT_TIMEOUT:g})",
     )
+    ours.add_argument(
+        "--mpi",
+        choices=_mpi.MODES,
+        default=None,
+        help="start the instances through Open MPI's mpirun, so that they are the ranks of one MPI job: on, off, "
+        f"or auto (the default; {_mpi.MODE_VARIABLE} sets another): when mpirun is on PATH and the launch is on "
+        "one host",
+    )
     hosts = parser.add_argument_group(
         "hosts: run one poprun on each host; each starts its share of the instances (PopRun's -H and --hostfile, "
         "and this poprun's own options); unset, they come from SLURM or Open MPI when poprun runs under them"
@@ -202,10 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="the cluster environment to read the hosts from (default auto: Open MPI or SLURM when present)",
     )
-    ignored = parser.add_argument_group("PopRun's IPU and MPI options: accepted, no effect here")
+    mpi = parser.add_argument_group("PopRun's MPI options: passed to mpirun when the instances start through it")
+    for flags, what in MPI_OPTIONS:
+        mpi.add_argument(*flags, dest=_dest(flags), default=None, metavar="ARGS", help=what)
+    ignored = parser.add_argument_group("PopRun's IPU options: accepted, no effect here")
     for flags, what in NO_EFFECT_OPTIONS:
-        dest = flags[-1].lstrip("-").replace("-", "_")
-        ignored.add_argument(*flags, dest=dest, default=None, metavar="ARG", help=what)
+        ignored.add_argument(*flags, dest=_dest(flags), default=None, metavar="ARG", help=what)
     parser.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
     return parser
 
@@ -344,6 +381,12 @@ class _Output:
                 else:
                     tail.append(line)
 
+    def relay(self, pipe: IO[bytes], sink: IO[str]) -> None:
+        """Copy a launcher's own lines (mpirun's) as they are, whichever instance is shown."""
+        thread = threading.Thread(target=self._copy, args=(pipe, "", sink, True, collections.deque()), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
     def drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for thread in self.threads:
@@ -359,8 +402,9 @@ class _Output:
             sys.stderr.flush()
 
 
-def _die_with_poprun() -> Callable[[], None] | None:
-    """For an instance, before it runs: have Linux send it SIGTERM should poprun die first (even killed).
+def _die_with_parent() -> Callable[[], None] | None:
+    """For an instance (or mpirun), before it runs: have Linux send it SIGTERM should its parent, poprun (or an
+    MPI rank process), die first, even killed.
 
     Without it an instance outlives a poprun that was killed, and the other hosts would wait for it."""
     if not sys.platform.startswith("linux"):
@@ -374,12 +418,14 @@ def _die_with_poprun() -> Callable[[], None] | None:
     return arm
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def _signal_group(proc: _Instance, sig: int) -> None:
+    if proc.pid is None:  # an MPI rank that has not started its instance: mpirun stops it
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
 
 
-def _stop(procs: Sequence[subprocess.Popen[bytes]], first: int) -> None:
+def _stop(procs: Sequence[_Instance], first: int) -> None:
     """Send signal `first` to the instances still running; kill those still there after STOP_GRACE_S."""
     running = [p for p in procs if p.poll() is None]
     for p in running:
@@ -391,7 +437,9 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]], first: int) -> None:
     for p in running:
         # Also the instance's own children, which may outlive it.
         _signal_group(p, signal.SIGKILL)
-        p.wait()
+        # Bounded: an MPI rank's end is only known from its report.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(STOP_GRACE_S)
 
 
 def _describe(code: int) -> tuple[str, int]:
@@ -430,6 +478,56 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _TerminatedError()
 
 
+class _MpiJob:
+    """The mpirun that started this host's instances, and poprun's end of its rank processes' connections."""
+
+    def __init__(self, listener: _mpi.Listener, mpirun: subprocess.Popen[bytes]) -> None:
+        self.listener, self.mpirun = listener, mpirun
+        self.ranks = listener.ranks
+
+    def check(self) -> None:
+        """Once mpirun has exited, end the instances its rank processes did not report on."""
+        code = self.mpirun.poll()
+        if code is None or all(r.poll() is not None for r in self.ranks):
+            return
+        self.listener.settle(STOP_GRACE_S)  # reports already under way
+        how, passed_on = _describe(code)
+        self.listener.abandon(f"did not run to its end: mpirun {how}", passed_on or _mpi.LOST_CODE)
+
+    def first_failure(self) -> int:
+        """Which rank failed first, once every instance has been stopped.
+
+        mpirun stops the job itself when a rank fails, so the others may report being stopped before the
+        first failure's report is read: the rank processes' clocks (the host's monotonic clock) tell."""
+        self.listener.settle(STOP_GRACE_S)
+        failed = [r for r in self.ranks if r.poll() not in (None, 0)]
+        # A program that cannot start fails the same way in every instance: name the first.
+        not_started = [r.index for r in failed if r.start_error is not None]
+        if not_started:
+            return min(not_started)
+        return min(failed, key=lambda r: (r.ended_ns or 0, r.index)).index
+
+    def finish(self) -> int:
+        """Wait for mpirun to exit, stopping it after STOP_GRACE_S; its exit code."""
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None:
+                _signal_group(self.mpirun, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.mpirun.wait(STOP_GRACE_S)
+                break
+        self.check()
+        # An instance whose rank process was killed (by mpirun, stopping the job) got SIGTERM from Linux only.
+        for rank in self.ranks:
+            if rank.lost is not None and rank.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(rank.pid, signal.SIGKILL)
+        return self.mpirun.wait()
+
+    def close(self) -> None:
+        """Remove the rank processes' socket."""
+        self.listener.close()
+
+
 @dataclass
 class _Ending:
     """How the launch ended: poprun's exit code and its last line (None: a quiet success)."""
@@ -444,12 +542,14 @@ class _Supervisor:
     def __init__(
         self,
         launch: _Launch,
-        procs: list[subprocess.Popen[bytes]],
+        procs: Sequence[_Instance],
         link: _control.Link | None,
         output: _Output,
         shown: int | None,
+        job: _MpiJob | None = None,
     ) -> None:
         self.launch, self.procs, self.link, self.output, self.shown = launch, procs, link, output, shown
+        self.job = job
         self.multihost = link is not None
         self.done_hosts: set[int] = set()
         self.host = launch.place.host_index
@@ -457,14 +557,20 @@ class _Supervisor:
     def _stopped(self, what: str, code: int) -> _Ending:
         """Stop this host's instances after `what` happened; the ending that passes on `code`."""
         _stop(self.procs, signal.SIGTERM)
+        if self.job is not None:
+            self.job.finish()
         self.output.drain(STOP_GRACE_S)
         others = "; stopped the other instances" if self.multihost or len(self.procs) > 1 else ""
         return _Ending(code, f"{what}{others}")
 
     def _local_failure(self, i: int, code: int) -> _Ending:
         index = self.launch.first + i
-        how, exit_code = _describe(code)
-        what = f"instance {index} on host {self.host} {how}" if self.multihost else f"instance {index} {how}"
+        rank = self.job.ranks[i] if self.job is not None else None
+        if rank is not None and rank.start_error is not None:
+            what, exit_code = f"cannot start instance {index}: {rank.start_error}", code  # as without MPI
+        else:
+            how, exit_code = (rank.lost, code) if rank is not None and rank.lost is not None else _describe(code)
+            what = f"instance {index} on host {self.host} {how}" if self.multihost else f"instance {index} {how}"
         ending = self._stopped(what, exit_code)
         tail = self.output.hidden.get(index) if self.shown not in (None, index) else None
         if tail:
@@ -496,13 +602,23 @@ class _Supervisor:
         """Poll until every instance of the launch has succeeded or something failed."""
         reported = False
         while True:
+            if self.job is not None:
+                self.job.check()
             codes = [p.poll() for p in self.procs]
             failed = next(((i, c) for i, c in enumerate(codes) if c is not None and c != 0), None)
             if failed is not None:
+                if self.job is not None:
+                    _stop(self.procs, signal.SIGTERM)
+                    first = self.job.first_failure()
+                    failed = first, self.job.ranks[first].wait(0)
                 return self._local_failure(*failed)
             if not reported and all(c == 0 for c in codes):
                 reported = True
+                mpirun_code = self.job.finish() if self.job is not None else 0
                 self.output.drain(STOP_GRACE_S)
+                if mpirun_code != 0:
+                    how, code = _describe(mpirun_code)
+                    return _Ending(code, f"every instance exited with code 0, but mpirun {how}")
                 if self.link is None:
                     return _Ending(0)
                 if self.host == 0:
@@ -538,10 +654,34 @@ def _connect(launch: _Launch, timeout: float, output: _Output) -> tuple[_control
     return _control.join(place.address, place.host_index, launch.agreement(), timeout)
 
 
+@dataclass(frozen=True)
+class _MpiChoice:
+    """Whether the instances start through mpirun: `mpirun`, or None and `reason`."""
+
+    mpirun: _mpi.Mpirun | None
+    reason: str
+
+
+def _choose_mpi(parser: argparse.ArgumentParser, asked: str | None, num_hosts: int) -> _MpiChoice:
+    """--mpi, else POPRUN_MPI, else auto, for this launch; a usage error where `on` cannot be."""
+    said = f"--mpi {asked}"
+    if asked is None:
+        variable = os.environ.get(_mpi.MODE_VARIABLE, "").strip().lower()
+        if variable and variable not in _mpi.MODES:
+            parser.error(f"{_mpi.MODE_VARIABLE}={variable!r} is none of {', '.join(_mpi.MODES)}")
+        asked = variable or "auto"
+        said = f"{_mpi.MODE_VARIABLE}={asked}"
+    try:
+        return _MpiChoice(*_mpi.decide(asked, said, num_hosts))
+    except ValueError as e:
+        parser.error(str(e))
+
+
 def _parse(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None
-) -> tuple[argparse.Namespace, list[str], _Launch]:
-    """The options, the program and the launch; exits with a usage error for a bad command line."""
+) -> tuple[argparse.Namespace, list[str], _Launch, _MpiChoice]:
+    """The options, the program, the launch and whether it uses MPI; exits with a usage error for a bad command
+    line."""
     args = parser.parse_args(argv)
     program: list[str] = list(args.program)
     if program and program[0] == "--":
@@ -570,12 +710,66 @@ def _parse(
             f"--num-instances {args.num_instances} cannot be divided evenly among {place.num_hosts} hosts "
             f"(from {place.source})"
         )
-    return args, program, _Launch(args.num_instances, args.num_replicas, args.ipus_per_replica, place)
+    mpi = _choose_mpi(parser, args.mpi, place.num_hosts)
+    return args, program, _Launch(args.num_instances, args.num_replicas, args.ipus_per_replica, place), mpi
+
+
+def _start_directly(
+    program: list[str], envs: dict[int, dict[str, str]], output: _Output, procs: list[_Instance]
+) -> tuple[int, OSError] | None:
+    """Start each instance as poprun's own subprocess, into `procs`; the instance that cannot start, if any."""
+    arm = _die_with_parent()
+    for index, env in envs.items():
+        try:
+            proc = subprocess.Popen(
+                program,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=arm,  # only calls prctl, looked up before the fork
+            )
+        except OSError as e:
+            return index, e
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stderr is not None
+        output.follow(index, "stdout", proc.stdout, sys.stdout)
+        output.follow(index, "stderr", proc.stderr, sys.stderr)
+    return None
+
+
+def _start_through_mpirun(
+    args: argparse.Namespace, mpirun: _mpi.Mpirun, program: list[str], envs: dict[int, dict[str, str]], output: _Output
+) -> _MpiJob:
+    """Start one mpirun whose ranks run the instances (OSError if it cannot start)."""
+    first = min(envs)
+    sinks = {"stdout": sys.stdout, "stderr": sys.stderr}
+    listener = _mpi.Listener(len(envs), lambda i, kind, pipe: output.follow(first + i, kind, pipe, sinks[kind]))
+    base, changes = _mpi.rank_environments([envs[i] for i in sorted(envs)])
+    env = {**base, _mpi.SOCKET_VARIABLE: listener.path, _mpi.RANK_ENV_VARIABLE: json.dumps(changes)}
+    line = _mpi.command(mpirun, len(envs), program, not args.verbose, args.mpi_global_args, args.mpi_local_args)
+    output.say(f"starting the instances through mpirun: {shlex.join(line)}", verbose=True)
+    try:
+        proc = subprocess.Popen(
+            line,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C reaches poprun alone, which stops the instances as without MPI
+            preexec_fn=_die_with_parent(),  # mpirun stops the job should poprun be killed
+        )
+    except OSError:
+        listener.close()
+        raise
+    assert proc.stdout is not None and proc.stderr is not None
+    output.relay(proc.stdout, sys.stdout)
+    output.relay(proc.stderr, sys.stderr)
+    return _MpiJob(listener, proc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run poprun with `argv` (default: the command line); returns the exit code."""
-    args, program, launch = _parse(build_parser(), argv)
+    args, program, launch, mpi = _parse(build_parser(), argv)
     place = launch.place
     devices, gpus = _choose_devices(args.devices, launch.per_host * launch.local)
     output = _Output(args.only_output_from_instance, args.verbose)
@@ -584,7 +778,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{place.source}), {launch.num_replicas} replica(s), {launch.local} per instance, on {devices.upper()} devices",
         verbose=True,
     )
-    given = [flags[-1] for flags, _ in NO_EFFECT_OPTIONS if getattr(args, flags[-1].lstrip("-").replace("-", "_"))]
+    unused = NO_EFFECT_OPTIONS if mpi.mpirun is not None else NO_EFFECT_OPTIONS + MPI_OPTIONS
+    given = [flags[-1] for flags, _ in unused if getattr(args, _dest(flags))]
     if given:
         output.say(f"without effect here: {', '.join(given)}", verbose=True)
     if args.print_topology:
@@ -592,9 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     timeout = args.init_timeout if args.init_timeout is not None else _env.read_timeout()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[_Instance] = []
     link: _control.Link | None = None
-    arm = _die_with_poprun()
+    job: _MpiJob | None = None
     try:
         try:
             link, jax_address = _connect(launch, timeout, output)
@@ -603,36 +798,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             output.say(f"host {place.host_index}: {e}" + (f" ({knob})" if knob else ""))
             return LAUNCH_FAILED
         output.say(f"JAX's coordinator: {jax_address}", verbose=True)
-        for index in range(launch.first, launch.first + launch.per_host):
-            env = _instance_env(args, launch, index, devices, gpus, jax_address)
-            if args.verbose > 1:
+        envs = {
+            index: _instance_env(args, launch, index, devices, gpus, jax_address)
+            for index in range(launch.first, launch.first + launch.per_host)
+        }
+        if args.verbose > 1:
+            for index, env in envs.items():
                 shown = " ".join(
                     f"{k}={env[k]}"
                     for k in (*_env.ALL, "CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES")
                     if k in env
                 )
                 output.say(f"instance {index}: {shown} {' '.join(program)}")
+        if mpi.mpirun is None:
+            output.say(f"starting the instances without MPI ({mpi.reason}): they are not MPI ranks")
+            failed = _start_directly(program, envs, output, procs)
+        else:
             try:
-                proc = subprocess.Popen(
-                    program,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    preexec_fn=arm,  # only calls prctl, looked up before the fork
-                )
+                job = _start_through_mpirun(args, mpi.mpirun, program, envs, output)
             except OSError as e:
-                output.say(f"cannot start instance {index}: {e}")
-                _stop(procs, signal.SIGTERM)
-                if link is not None:
-                    report = {"what": f"instance {index} on host {place.host_index} could not start", "code": 127}
-                    link.broadcast({"stop" if place.host_index == 0 else "failed": report})
+                output.say(f"cannot start mpirun: {e}")
                 return 127
-            procs.append(proc)
-            assert proc.stdout is not None and proc.stderr is not None
-            output.follow(index, "stdout", proc.stdout, sys.stdout)
-            output.follow(index, "stderr", proc.stderr, sys.stderr)
-        ending = _Supervisor(launch, procs, link, output, args.only_output_from_instance).run()
+            procs.extend(job.ranks)
+            failed = None
+        if failed is not None:
+            index, error = failed
+            output.say(f"cannot start instance {index}: {error}")
+            _stop(procs, signal.SIGTERM)
+            if link is not None:
+                report = {"what": f"instance {index} on host {place.host_index} could not start", "code": 127}
+                link.broadcast({"stop" if place.host_index == 0 else "failed": report})
+            return 127
+        ending = _Supervisor(launch, procs, link, output, args.only_output_from_instance, job).run()
         if ending.line is not None:
             output.say(ending.line)
         elif ending.code == 0:
@@ -646,9 +843,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = {"what": f"host {place.host_index}'s poprun was {how}", "code": code}
             link.broadcast({"stop" if place.host_index == 0 else "failed": report})
         _stop(procs, signal.SIGINT if interrupted else signal.SIGTERM)
+        if job is not None:
+            job.finish()
         output.drain(STOP_GRACE_S)
         return code
     finally:
+        if job is not None:
+            job.close()
         if link is not None:
             link.close()
         if in_main_thread:

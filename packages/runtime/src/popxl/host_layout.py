@@ -16,9 +16,12 @@ class HostLayout:
     """How one stream's host data is laid out for `Session.run`, as popxl lays it out.
 
     A host array has a leading transfers axis when `num_host_transfers > 1`,
-    then a replica axis (this process's replicas) when the program is
-    replicated, then the stream's shape. The program itself takes every
-    stream as `(local replicas, transfers, *shape)`: "replica-major".
+    then a replica axis when this process runs more than one replica, then
+    the stream's shape. As in popxl, the replica axis counts this process's
+    replicas (`ir.instance_replication_factor`), not the program's: under
+    poprun an instance with one replica feeds arrays without one. The program
+    itself takes every stream as `(local replicas, transfers, *shape)`:
+    "replica-major".
     """
 
     def __init__(self, num_host_transfers: int, replication_factor: int, local_replicas: int) -> None:
@@ -37,7 +40,8 @@ class HostLayout:
 
     @property
     def _replica_axis(self) -> bool:
-        return self.replication_factor > 1
+        # popxl's Session sizes this axis, and decides whether it is there, from the instance's replicas.
+        return self.local_replicas > 1
 
     def shape(self, stream_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The host shape of a stream of shape `stream_shape`."""
