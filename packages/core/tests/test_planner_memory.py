@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -21,6 +22,14 @@ class Perceptron(Module):
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
         w = self.add_variable_input("w", partial(np.full, (16, 16), 0.1), x.dtype)
         return ops.tanh(x @ w)
+
+
+@pytest.fixture(autouse=True)
+def fresh_reading() -> Iterator[None]:
+    """Each test reads the machine's memory (or its stand-in) anew."""
+    fit.forget_reading()
+    yield
+    fit.forget_reading()
 
 
 def test_calibration_that_cannot_run_here_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jax
@@ -39,6 +40,14 @@ def test_too_large_for_this_machine_ends_with_the_error(mode: str) -> None:
     assert all(len(line) <= 80 for line in message.splitlines())
 
 
+@pytest.fixture(autouse=True)
+def fresh_reading() -> Iterator[None]:
+    """Each test reads the machine's memory (or its stand-in) anew."""
+    fit.forget_reading()
+    yield
+    fit.forget_reading()
+
+
 def _small_program() -> tuple[popxl.Ir, popxl.HostToDeviceStream, popxl.Variable]:
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence(True):
@@ -56,6 +65,7 @@ def test_refused_run_changes_nothing_and_the_check_can_be_turned_off(monkeypatch
         session.run(feeds)
         before = session.get_tensor_data(v).copy()
         monkeypatch.setattr(fit, "host_available", lambda: 1000)
+        fit.forget_reading()
         with pytest.raises(popxl.OutOfMemoryError, match="has 1000 B available") as caught:
             session.run(feeds)
         assert isinstance(caught.value, popart.OutOfMemoryException)

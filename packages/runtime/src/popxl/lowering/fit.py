@@ -24,6 +24,7 @@ import math
 import os
 import re
 import textwrap
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,30 @@ def host_available() -> int | None:
     return min(figures) if figures else None
 
 
+# Reading the OS's figures takes about 0.1 ms, a large share of a small program's run: a reading under a second
+# old stands for a request of at most this share of it (a larger one reads them again).
+_FRESH_SECONDS = 1.0
+_SMALL_SHARE = 1 / 16
+_reading: tuple[float, int | None] = (-math.inf, None)
+
+
+def _host_available_for(need: int) -> int | None:
+    """`host_available()`, read again unless a recent reading comfortably covers `need` bytes."""
+    global _reading
+    read_at, value = _reading
+    now = time.monotonic()
+    if value is None or now - read_at > _FRESH_SECONDS or need > _SMALL_SHARE * value:
+        value = host_available()
+        _reading = (now, value)
+    return value
+
+
+def forget_reading() -> None:
+    """Make the next check read the OS's figures again."""
+    global _reading
+    _reading = (-math.inf, None)
+
+
 def device_available(device: Any) -> int | None:
     """Free bytes of an accelerator's own memory as XLA reports them; None for a CPU or where unreported."""
     if device.platform == "cpu":
@@ -173,7 +198,7 @@ def require_fit(what: str, device: Any, allocations: dict[str, int], held: Held,
 
 def _shortfall(device: Any, allocations: dict[str, int]) -> tuple[bool, int | None]:
     """Whether a memory is short of `allocations`, and the bytes available in it."""
-    host = host_available()
+    host = _host_available_for(sum(allocations.values()))
     if device.platform == "cpu":
         # A CPU device's memory is the host's: both allocations come from it.
         return host is not None and sum(allocations.values()) > host, host
