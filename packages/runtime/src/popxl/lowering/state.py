@@ -133,16 +133,21 @@ class StateLayout:
     def initial(self, host: Mapping[Variable, Array], placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> State:
         """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries)."""
         r = self.replicas
-        buffers = {
-            buffer_key(b): np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy()) for b in self.buffers
-        }
         rows: dict[str, Array] = {}
+        placed: dict[str, jax.Array] = {}
+        # One buffer's host staging at a time, put where it lives before the next is made: a program's remote
+        # state is then never on the host whole besides its place.
+        for b in self.buffers:
+            key = buffer_key(b)
+            staging = {key: np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy())}
+            for v, slot in self._slots.items():
+                if isinstance(slot, _RemoteSlot) and slot.remote.buffer is b:
+                    slot.initialise(host[v], rows, staging)
+            placed[key] = placement.put_all(staging.pop(key), memory_kind(b))
         for v, slot in self._slots.items():
-            slot.initialise(host[v], rows, buffers)
-        return {
-            "vars": {v.id: placement.put_all(rows[v.id]) for v in self.carried},
-            "buffers": {buffer_key(b): placement.put_all(buffers[buffer_key(b)], memory_kind(b)) for b in self.buffers},
-        }
+            if not isinstance(slot, _RemoteSlot):
+                slot.initialise(host[v], rows, {})
+        return {"vars": {v.id: placement.put_all(rows.pop(v.id)) for v in self.carried}, "buffers": placed}
 
     def sizes(self, memory_kind: MemoryKindOf, replicas: int) -> list[tuple[str, int, str | None]]:
         """What `initial` allocates for `replicas` replicas: a name, bytes and JAX memory kind per array."""
