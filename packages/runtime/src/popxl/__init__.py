@@ -5,6 +5,7 @@ buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
 """
 
 import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
+from popxl import cpp_custom_ops as _cpp_custom_ops
 from popxl import dtypes, fp8_utils, ops, transforms, utils
 from popxl.context import (
     gcg,
@@ -62,6 +63,9 @@ from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Tensor, Tenso
 from popxl.tensorlocation import ExecutionContext, ReplicatedTensorSharding, TensorLocation, TensorStorage, TileSet
 
 bool = bool_
+
+# A C++ custom op's `import cppimport.import_hook` then fails saying why it cannot run here.
+_cpp_custom_ops.install()
 
 __all__ = [
     "fp8_utils",

@@ -27,3 +27,19 @@ class OutOfMemoryError(MemoryError, popart_exception):
 
 class AutodiffError(RuntimeError, popart_exception):
     """A gradient that cannot be built."""
+
+
+# Why code that builds popart's own ops cannot run here, said the same way wherever such code fails:
+# `Graph._pb_graph`, the `popart._internal` stand-in and a C++ custom op's `import cppimport`.
+NO_POPART_IR = (
+    "popxl-xla runs popxl programs on XLA, with no popart IR or Poplar underneath, so code that builds popart ops "
+    "itself (through popart._internal.ir, or as a C++ custom op compiled against popart with cppimport) cannot run "
+    "here; write the op with popxl ops, or define it with popxl.extension"
+)
+
+
+class NoPopartIRError(AttributeError):
+    """popart's C++ IR was reached for (a popart graph, a C++ custom op): this runtime has none.
+
+    It is an AttributeError, so `hasattr(graph, "_pb_graph")` stays False.
+    """

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from popxl import context
+from popxl.errors import NO_POPART_IR, NoPopartIRError
 from popxl.op import Attrs, Op, OpDef, Subgraph, check_inputs
 from popxl.tensor import Constant, Tensor, TensorSpec, Variable
 
@@ -76,6 +77,15 @@ class Graph:
     def variables(self) -> tuple[Variable, ...]:
         """The variables owned by the graph (main graph only)."""
         return tuple(t for t in self._tensors if isinstance(t, Variable))
+
+    @property
+    def _pb_graph(self) -> NoReturn:
+        """popxl's handle on popart's C++ graph, which this runtime does not have: raises NoPopartIRError."""
+        # Custom-op wrappers and IR-inspecting tests reach popart through this first; say why it is absent.
+        name = self.id or "the main graph"
+        raise NoPopartIRError(
+            f"Graph._pb_graph is popart's C++ graph ({name}), which does not exist here: {NO_POPART_IR}"
+        )
 
     def __contains__(self, t: object) -> bool:
         return isinstance(t, Tensor) and t.graph is self

@@ -4,7 +4,6 @@ popxl-xla implements popxl's API directly; there is no popart IR underneath it. 
 reaches into `popart._internal.ir` (IR ops, tensors, topological constraints) cannot run here.
 """
 
-raise ImportError(
-    "popart._internal (popart's C++ IR bindings) does not exist in the popxl-xla runtime: "
-    "it implements popxl's public API without a popart IR underneath"
-)
+from popxl.errors import NO_POPART_IR
+
+raise ImportError(f"popart._internal (popart's C++ IR bindings) does not exist here: {NO_POPART_IR}")
