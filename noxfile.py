@@ -37,6 +37,16 @@ TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"]
 # Sibling packages a package's tests use beyond what it depends on: the collectives' tests check popxl-addons'
 # path `popxl_addons.layers.layer_norm_distributed`, which popxl-addons-layers ships.
 TEST_SIBLINGS = {"collectives": ["layers"]}
+# What `nox -s bench` runs, in order.
+BENCHMARKS = [
+    "build_scaling",
+    "compile_scaling",
+    "replication",
+    "batch_serialisation",
+    "planner",
+    "gpt_phased",
+    "gpt_scale",
+]
 # The examples run on every package, and the phased example's data ships with scikit-learn.
 EXAMPLE_DEPS = ["scikit-learn>=1.3"]
 
@@ -126,5 +136,5 @@ def example(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Every benchmark; figures go to the untracked out/bench/."""
     _install(session, "harness")
-    for script in ["build_scaling", "compile_scaling", "replication", "batch_serialisation", "planner", "gpt_phased"]:
+    for script in BENCHMARKS:
         session.run("python", f"benchmarks/{script}.py", *session.posargs)

@@ -22,7 +22,6 @@ ten minutes on two CPU cores; `--sequence 1024` gives GPT-2's 4096 tokens per st
 from __future__ import annotations
 
 import argparse
-import math
 import resource
 import sys
 import time
@@ -37,12 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import jax
 import jax.numpy as jnp
 from common import add_out_option, interleaved, save
+from gpt_jax import train_step
 from gpt_phased import Config, _phased_variable, initial_weights, phased_program, unphased_program
 
 import popxl
 from popxl.lowering.memory import memory_figures
-
-Params = dict[str, jax.Array]
 
 
 def matmul_flops(config: Config) -> float:
@@ -58,72 +56,6 @@ def machine_matmul_rate(device: jax.Device, dtype: Any, size: int) -> float:
     f = jax.jit(lambda x: x @ x)
     seconds = interleaved({"matmul": lambda: f(a).block_until_ready()}, repeats=5, warmup=2)["matmul"]
     return 2.0 * size**3 / seconds
-
-
-# ---- The same model in JAX ------------------------------------------------------------------------------------
-
-
-def _layer_norm(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
-    x32 = x.astype(jnp.float32)
-    mean = x32.mean(-1, keepdims=True)
-    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
-    return ((x32 - mean) / jnp.sqrt(var + 1e-5)).astype(x.dtype) * w + b
-
-
-def jax_loss(p: Params, tokens: jax.Array, labels: jax.Array, config: Config) -> jax.Array:
-    """Mean next-token cross-entropy (float32) of one micro-batch, names and layout as the popxl model's."""
-    micro, seq = tokens.shape
-    width, heads = config.width, config.heads
-    head = width // heads
-    x = p["embeddings.word.weight"][tokens] + p["embeddings.positional"]
-    mask = jnp.triu(jnp.full((seq, seq), -1e4, jnp.float32), 1)
-    for i in range(config.layers):
-        q = f"layer{i}."
-        h = _layer_norm(x, p[q + "ln1.weight"], p[q + "ln1.bias"])
-        qkv = h @ p[q + "attention.qkv.weight"] + p[q + "attention.qkv.bias"]
-        qh, kh, vh = (t.reshape(micro, seq, heads, head).transpose(0, 2, 1, 3) for t in jnp.split(qkv, 3, -1))
-        scores = (qh @ kh.transpose(0, 1, 3, 2)).astype(jnp.float32) * (1 / math.sqrt(head))
-        probs = jax.nn.softmax(scores + mask, axis=-1).astype(x.dtype)
-        z = (probs @ vh).transpose(0, 2, 1, 3).reshape(micro, seq, width)
-        x = x + z @ p[q + "attention.out.weight"] + p[q + "attention.bias"]
-        h = _layer_norm(x, p[q + "ln2.weight"], p[q + "ln2.bias"])
-        up = jax.nn.gelu(h @ p[q + "feed_forward.up.weight"] + p[q + "feed_forward.up.bias"], approximate=True)
-        x = x + up @ p[q + "feed_forward.down.weight"] + p[q + "feed_forward.bias"]
-    h = _layer_norm(x.reshape(micro * seq, width), p["head.ln.weight"], p["head.ln.bias"])
-    logits = (h @ p["head.logits.weight"]).astype(jnp.float32)
-    picked = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), labels[:, None], axis=-1)
-    return -picked.mean()
-
-
-def jax_step(
-    p: Params, adam: tuple[Params, Params, jax.Array], tokens: jax.Array, labels: jax.Array, config: Config
-) -> tuple[Params, tuple[Params, Params, jax.Array], jax.Array]:
-    """One training step: the mean loss-scaled gradient over the micro-batches (a scan), then the clipped Adam."""
-    scale = config.loss_scaling
-
-    def body(acc: Params, batch: tuple[jax.Array, jax.Array]) -> tuple[Params, jax.Array]:
-        loss, grads = jax.value_and_grad(lambda q: jax_loss(q, *batch, config) * scale)(p)
-        return jax.tree.map(lambda a, g: a + g.astype(a.dtype), acc, grads), loss / scale
-
-    zeros = jax.tree.map(jnp.zeros_like, p)
-    total, losses = jax.lax.scan(body, zeros, (tokens, labels))
-    grads = jax.tree.map(lambda g: g.astype(jnp.float32) / (tokens.shape[0] * scale), total)
-    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
-    clip = config.clip / jnp.maximum(norm, config.clip)
-    first, second, t = adam
-    t = t + 1
-    b1, b2, eps = 0.9, 0.999, 1e-5
-    first = jax.tree.map(lambda m, g: (b1 * m + (1 - b1) * g * clip).astype(m.dtype), first, grads)
-    second = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * (g * clip) ** 2, second, grads)
-
-    def update(w: jax.Array, m: jax.Array, v: jax.Array) -> jax.Array:
-        m_hat = m.astype(jnp.float32) / (1 - b1**t)
-        v_hat = v / (1 - b2**t)
-        updated: jax.Array = (w - config.lr * m_hat / (jnp.sqrt(v_hat) + eps)).astype(w.dtype)
-        return updated
-
-    p = jax.tree.map(update, p, first, second)
-    return p, (first, second, t), losses.mean()
 
 
 # ---- Running --------------------------------------------------------------------------------------------------
@@ -217,7 +149,7 @@ def main() -> None:
             target,
         )
         batch = jax.device_put((jnp.asarray(tokens), jnp.asarray(labels)), target)
-        step = jax.jit(lambda q, a, t, y: jax_step(q, a, t, y, config), donate_argnums=(0, 1))
+        step = jax.jit(lambda q, a, t, y: train_step(q, a, t, y, config), donate_argnums=(0, 1))
         compiled = step.lower(params, adam, *batch).compile()
         figures = memory_figures(compiled, (params, adam, *batch))
         state = [params, adam]

@@ -22,9 +22,9 @@ reduced gradients and Adam state live in remote buffers, one entry per layer, ea
 replica holding a 1-D shard of each over the weight's RTS group (`shard_groups`:
 the weight's own replica group, as popxl-addons' GPT applications choose it: the
 data-parallel replicas for a tensor-parallel weight, every replica for a shared
-one; a weight that does not divide evenly, or a step count, is not sharded). The
-gradient accumulators of one layer stay on the device, shared by the stage's
-layers. A training step is
+one; a weight that does not divide evenly, or a step count, is not sharded). A
+layer's gradient accumulators are made zero on the device in its backward phase,
+and live only through it. A training step is
 
 1. forward phases (embedding, each layer, head): load the stage's weight shards,
    all-gather them (`all_gather_replica_sharded_graph`), run the stage
@@ -34,12 +34,17 @@ layers. A training step is
    micro-batches), reduce-scatter the accumulated gradients over the
    data-parallel replicas into shards (`reduce_replica_sharded_graph`; a shared
    weight's is all-reduced, then sliced), add their squared norms
-   (`grad_reduce_square_add`) to the step's total, store the shards, zero the
-   accumulators;
+   (`grad_reduce_square_add`) to the step's total, store the shards;
 3. the global gradient norm: the total all-reduced over every replica (each
    holds a disjoint part of the square; an unsharded copy counts a share);
 4. optimizer phases: load each stage's weight, gradient and Adam shards, an Adam
    step per shard clipped by the global norm, store the weights and Adam state.
+
+The decoder layers' phases of each kind are one loop (`over_layers`: `ops.repeat`
+of a graph taking the layer index, a tensor that picks the layer's remote buffer
+entries), as Graphcore's GPT applications loop over their layers: the program
+holds one layer's phases whatever the number of layers, so XLA compiles the
+same program, in the same time, for 1 layer or 48.
 
 The un-phased program is the same model on the same replicas with every weight on
 the device and the whole batch at once; both train from the same weights on the
@@ -55,7 +60,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -473,6 +478,19 @@ def autodiff_with_accumulation(
     )
 
 
+def over_layers(body: Callable[..., Any], layers: int, first: int, *inputs: popxl.Tensor) -> tuple[popxl.Tensor, ...]:
+    """`body(row, *inputs)` for `layers` rows from `first`, as one `ops.repeat` of one graph; its outputs after the
+    loop, less the row.
+
+    `body` returns the next row, then the new values of the first inputs it carries to the next layer. The
+    program holds the layer's phase once whatever the number of layers, so it compiles in the same time; the
+    row, a tensor, picks each layer's entry of the remote buffers.
+    """
+    row = popxl.constant(np.int32(first), popxl.int32, "layer")
+    graph = popxl.gir().create_graph(body, row, *inputs)
+    return ops.repeat(graph, layers, row, *inputs)[1:]
+
+
 def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage]]:
     """One Session.run = one training step, phase by phase."""
     ir = popxl.Ir(replication=config.replicas)
@@ -504,17 +522,28 @@ def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage
              "dy": RemoteHandle(seeds, 0), "dx": RemoteHandle(grads, config.layers)},
         )  # fmt: skip
         embed.forward_phase(0)
-        for i in range(config.layers):
-            layer.forward_phase(i)
+
+        def forward(row: popxl.Tensor) -> popxl.Tensor:
+            layer.forward_phase(row)
+            return row + 1
+
+        over_layers(forward, config.layers, 0)
         head.forward_phase(0)
         total = head.backward_phase(0, config)
-        for i in reversed(range(config.layers)):
-            total = total + layer.backward_phase(i, config)
+
+        def backward(row: popxl.Tensor, total: popxl.Tensor) -> tuple[popxl.Tensor, popxl.Tensor]:
+            return row - 1, total + layer.backward_phase(row, config)
+
+        (total,) = over_layers(backward, config.layers, config.layers - 1, total)
         total = total + embed.backward_phase(0, config)
         norm = _global_norm(total, ir.replica_grouping())  # each replica holds a disjoint part of the square
         embed.optimizer_phase(0, norm)
-        for i in range(config.layers):
-            layer.optimizer_phase(i, norm)
+
+        def optimizer(row: popxl.Tensor, norm: popxl.Tensor) -> popxl.Tensor:
+            layer.optimizer_phase(row, norm)
+            return row + 1
+
+        over_layers(optimizer, config.layers, 0, norm)
         head.optimizer_phase(0, norm)
     ir.num_host_transfers = steps
     apply_pre_alias_patterns(ir)
@@ -610,7 +639,21 @@ def initial_weights(config: Config) -> dict[str, Array]:
     return out
 
 
-def _session(ir: popxl.Ir, config: Config) -> popxl.Session:
+def phased_feeds(
+    config: Config, session: popxl.Session, streams: dict[str, Any], tokens: Array, labels: Array
+) -> dict[Any, Array]:
+    """The phased program's host data for one training step of `synthetic_batches`."""
+    t, y = per_replica(config, tokens, labels)  # (replicas, batch, ...) -> (steps, replicas, micro, ...)
+    t = t.reshape(config.replicas, config.steps, config.micro, config.sequence).swapaxes(0, 1)
+    y = y.reshape(config.replicas, config.steps, config.micro * config.sequence).swapaxes(0, 1)
+    # As in popxl, a single transfer (one micro-batch a step) takes no transfers axis.
+    t = t.reshape(session.host_layout.shape(streams["tokens"].shape))
+    y = y.reshape(session.host_layout.shape(streams["labels"].shape))
+    return {streams["tokens"]: t, streams["labels"]: y}
+
+
+def make_session(ir: popxl.Ir, config: Config) -> popxl.Session:
+    """A CPU Session of `ir`: a JAX device per replica where there are enough, else replicas simulated on one."""
     mode = "devices" if jax.device_count() >= config.replicas else "simulate"
     return popxl.Session(ir, "cpu", replica_mode=mode)
 
@@ -621,18 +664,12 @@ def train(config: Config) -> dict[str, Any]:
     start = initial_weights(config)
     phased_ir, phased_streams, stages = phased_program(config)
     plain_ir, plain_streams, plain_weights = unphased_program(config)
-    phased, plain = _session(phased_ir, config), _session(plain_ir, config)
+    phased, plain = make_session(phased_ir, config), make_session(plain_ir, config)
     phased.write_variables_data({_phased_variable(stages, n): v for n, v in start.items()})
     plain.write_variables_data({plain_weights.get(n): v for n, v in start.items()})
 
     def feeds_phased(tokens: Array, labels: Array) -> dict[Any, Array]:
-        t, y = per_replica(config, tokens, labels)  # (replicas, batch, ...) -> (steps, replicas, micro, ...)
-        t = t.reshape(config.replicas, config.steps, config.micro, config.sequence).swapaxes(0, 1)
-        y = y.reshape(config.replicas, config.steps, config.micro * config.sequence).swapaxes(0, 1)
-        # As in popxl, a single transfer (one micro-batch a step) takes no transfers axis.
-        t = t.reshape(phased.host_layout.shape(phased_streams["tokens"].shape))
-        y = y.reshape(phased.host_layout.shape(phased_streams["labels"].shape))
-        return {phased_streams["tokens"]: t, phased_streams["labels"]: y}
+        return phased_feeds(config, phased, phased_streams, tokens, labels)
 
     def feeds_plain(tokens: Array, labels: Array) -> dict[Any, Array]:
         t, y = per_replica(config, tokens, labels)

@@ -46,6 +46,10 @@ RUNS: dict[str, list[list[str]]] = {
          "--micro-batches", "1", "--float16", "--repeats", "1", "--matmul-size", "32", "--device", "cpu"],
         ["--small", "--micro-batches", "2", "--repeats", "1", "--matmul-size", "32"],
     ],
+    "gpt_scale": [
+        ["--small", "--sizes", "tiny", "--dtypes", "float16", "--sequence", "16", "--micro-batches", "2",
+         "--steps", "1", "--device", "cpu"],
+    ],
 }  # fmt: skip
 
 # The figures' values, not the machine's speed, are what these runs check: XLA's cheapest compile keeps
@@ -220,3 +224,48 @@ def test_gpt_phased(tmp_path: Path, run: int) -> None:
         _positive(program["seconds_per_step"], program["memory"]["device_bytes"], program["fraction_of_machine_matmul"])
         assert len(f["losses"][name]) == 2  # the warm-up step and one timed
     assert "first loss" in stdout
+
+
+def test_gpt_scale(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    stdout = _run("gpt_scale", RUNS["gpt_scale"][0], out)
+    f = _figures(out, "gpt_scale", stdout)
+    assert f["settings"] == {"vocab": 512, "sequence": 16, "micro_batches": 2, "device": "cpu"}
+    assert f["sizes"] == {"tiny": {"layers": 2, "width": 64, "heads": 2}}
+    assert [(r["program"], r["size"], r["dtype"], r["outcome"]) for r in f["runs"]] == [
+        ("phased", "tiny", "float16", "trained"),
+        ("jax", "tiny", "float16", "trained"),
+    ]
+    phased, jax = f["runs"]
+    assert phased["parameters"] == jax["parameters"]
+    mine, theirs = phased["state_bytes"], jax["state_bytes"]
+    assert (mine["weights"], mine["gradients"]) == (theirs["weights"], theirs["gradients"])
+    assert 0 <= mine["adam"] - theirs["adam"] < 1024  # popxl's Adam counts steps per weight, JAX's once
+    assert set(phased["seconds"]) == {"build", "attach", "compile", "first_step"}
+    assert set(jax["seconds"]) == {"build", "compile", "first_step"}
+    for r in f["runs"]:
+        assert len(r["losses"]) == 2  # the first step and one timed
+        _positive(r["step_s"], r["peak_rss_bytes"], r["memory"]["device_bytes"], *r["losses"])
+    # Random tokens: both models start near the uniform guess, ln(512).
+    assert all(abs(r["losses"][0] - math.log(512)) < 0.5 for r in f["runs"])
+    assert f["largest_phased"]["float16"]["trained"] == "tiny" and "every size given trained" in stdout
+
+
+def test_gpt_scale_sweep_stops_at_the_first_size_that_does_not_fit() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    from gpt_scale import Spec, sweep
+
+    def run(spec: Spec) -> dict[str, Any]:
+        if spec.program == "phased" and spec.size == "medium" and spec.dtype == "float32":
+            return {"outcome": "out_of_memory", "error": "too big"}
+        return {"outcome": "trained", "parameters": 1, "program": spec.program, "size": spec.size}
+
+    specs = {
+        dtype: [Spec("phased", size, dtype, 512, 16, 1, 1, "cpu") for size in ("small", "medium", "large")]
+        for dtype in ("float32", "float16")
+    }
+    runs, largest = sweep(specs, run)
+    # float32: small phased and JAX, then medium does not fit and large is not tried; float16 runs all three.
+    assert len(runs) == 3 + 6
+    assert largest["float32"] == {"trained": "small", "parameters": 1, "stopped_at": "medium", "reason": "too big"}
+    assert largest["float16"]["trained"] == "large" and largest["float16"]["stopped_at"] is None
