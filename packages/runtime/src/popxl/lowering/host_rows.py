@@ -19,11 +19,19 @@ Array = np.ndarray[Any, Any]
 
 
 def replica_values(var: Variable, host: Array, replicas: int) -> Array:
-    """Per-replica values `(replicas, *shape)` of `var` from its host layout."""
+    """Per-replica values `(replicas, *shape)` of `var` from its host layout: a new array."""
     g = var.replica_grouping
     if g.num_groups > 1:
         return np.stack([host[g.group_of(r)] for r in range(replicas)])
     return np.broadcast_to(host, (replicas, *host.shape)).copy()
+
+
+def replica_view(var: Variable, host: Array, replicas: int) -> Array:
+    """`replica_values` to be read once and copied elsewhere: a read-only view where there is one group,
+    so that a value on its way to the device is not copied on the host first."""
+    if var.replica_grouping.num_groups > 1:
+        return replica_values(var, host, replicas)
+    return np.broadcast_to(host, (replicas, *host.shape))
 
 
 def host_values(var: Variable, rows: Array) -> Array:
@@ -36,7 +44,7 @@ def host_values(var: Variable, rows: Array) -> Array:
 
 def stored_rows(var: RemoteVariable, host: Array, replicas: int) -> Array:
     """Each replica's buffer entry for `var` from its host value."""
-    rows = replica_values(var, host, replicas)
+    rows = replica_view(var, host, replicas)
     if not var.sharded:
         return rows.reshape(replicas, *var.buffer.tensor_shape)
     c = var.buffer.tensor_shape[0]

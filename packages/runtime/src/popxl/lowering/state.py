@@ -50,11 +50,11 @@ class _Slot:
 
     def initialise(self, host: Array, rows: dict[str, Array], buffers: dict[str, Array]) -> None:
         """Place the host value in the initial host-side state: `rows` by tensor id, `buffers` by key."""
-        rows[self.var.id] = host_rows.replica_values(self.var, host, self.replicas)
+        rows[self.var.id] = host_rows.replica_view(self.var, host, self.replicas)
 
     def write(self, state: State, host: Array, placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> None:
         """Replace the variable's value in the device `state` (updated in place) by `host`."""
-        state["vars"][self.var.id] = placement.put_all(host_rows.replica_values(self.var, host, self.replicas))
+        state["vars"][self.var.id] = placement.put_all(host_rows.replica_view(self.var, host, self.replicas))
 
     def replica_rows(self, state: State, placement: ReplicaPlacement) -> Array:
         """Every replica's value, `(replicas, *group shape)`, from the device state."""
