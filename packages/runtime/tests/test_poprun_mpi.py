@@ -91,6 +91,20 @@ def test_instances_are_the_ranks_of_one_mpi_job(tmp_path: Path) -> None:
 
 
 @needs_mpirun
+def test_through_mpirun_instances_find_programs_on_poprun_s_path(tmp_path: Path) -> None:
+    # mpirun puts its own folder first on its ranks' PATH; an instance must still run the `python3` that
+    # poprun's caller would (a virtual environment's, say), not the system's.
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "python3").symlink_to(sys.executable)
+    env = _clean_env(PATH=f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = _poprun("--mpi", "on", "--num-instances", "2", "sh", "-c", "command -v python3", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = [line.split(":", 1)[1] for line in done.stdout.splitlines() if "<stdout>:" in line]
+    assert found == [str(folder / "python3")] * 2, done.stdout
+
+
+@needs_mpirun
 def test_through_mpirun_a_failing_instance_stops_the_others(tmp_path: Path) -> None:
     # poprun, not mpirun, tags the lines (mpirun tags each piece), names the first failure and passes on its code.
     prog = _program(tmp_path, FAILING)

@@ -116,9 +116,10 @@ def command(
 def rank_environments(envs: Sequence[dict[str, str]]) -> tuple[dict[str, str], list[dict[str, str]]]:
     """mpirun's environment (the first instance's) and, for each rank, the variables it changes there."""
     base = envs[0]
-    # The launcher gives every instance the same variables, so a rank only changes values.
+    # The launcher gives every instance the same variables, so a rank only changes values. PATH is always
+    # given back: mpirun puts its own folder first, which would pick another `python3` than poprun's caller's.
     assert all(env.keys() == base.keys() for env in envs)
-    return base, [{k: v for k, v in env.items() if base[k] != v} for env in envs]
+    return base, [{k: v for k, v in env.items() if base[k] != v or k == "PATH"} for env in envs]
 
 
 class Rank:
