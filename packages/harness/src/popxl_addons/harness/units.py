@@ -4,35 +4,19 @@ from __future__ import annotations
 
 import math
 
+from popxl import units as popxl_units
+from popxl.units import significant
+
 MISSING = "\u2013"  # an en dash
 TIMES = "\u00d7"  # the multiplication sign, after ratios
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 _SECOND_UNITS = ((1e-9, "ns"), (1e-6, "µs"), (1e-3, "ms"), (1.0, "s"))
 
 
-def significant(value: float, digits: int = 3) -> str:
-    """`value` to `digits` significant digits, in fixed notation, keeping trailing zeros (1.50, 12.0, 150)."""
-    if value == 0:
-        return "0"
-    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
-    text = f"{value:.{decimals}f}"
-    # Rounding may add a digit (9.996 -> 10.00): one decimal fewer keeps the count.
-    if decimals and len(text.lstrip("-").replace(".", "").lstrip("0")) > digits:
-        text = f"{value:.{decimals - 1}f}"
-    return text
-
-
 def format_bytes(n: float | None) -> str:
-    """A byte count in B, KiB, MiB, GiB or TiB: exact below 1 KiB, else three significant digits."""
+    """A byte count in B, KiB, MiB, GiB or TiB (as the runtime writes sizes), or a dash where there is none."""
     if n is None or not math.isfinite(n) or n < 0:
         return MISSING
-    if n < 1024:
-        return f"{n:.0f} B"
-    value, unit = float(n), 0
-    # Move up while the rounded figure would read 1024 or more of a unit.
-    while unit < len(_BYTE_UNITS) - 1 and float(significant(value)) >= 1024:
-        value, unit = value / 1024, unit + 1
-    return f"{significant(value)} {_BYTE_UNITS[unit]}"
+    return popxl_units.format_bytes(n)
 
 
 def format_seconds(s: float | None) -> str:

@@ -34,23 +34,11 @@ import jax
 
 from popxl.errors import OutOfMemoryError
 from popxl.lowering.memory import memory_of, per_device_bytes
+from popxl.units import format_bytes
 
 CHECK_VARIABLE = "POPXL_MEMORY_CHECK"
 # How many of the largest buffers an error names.
 _NAMED = 5
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_bytes(n: float) -> str:
-    """`n` bytes in binary units to three significant digits ("24 B", "1.50 KiB", "8.00 GiB")."""
-    unit = 0
-    while abs(n) >= 1024 and unit < len(_UNITS) - 1:
-        n /= 1024
-        unit += 1
-    if unit == 0:
-        return f"{int(n)} B"
-    digits = 0 if n >= 100 else 1 if n >= 10 else 2
-    return f"{n:.{digits}f} {_UNITS[unit]}"
 
 
 @dataclass(frozen=True)
