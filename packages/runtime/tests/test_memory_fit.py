@@ -128,7 +128,16 @@ def test_largest_temporaries_are_named_by_the_op_that_makes_them() -> None:
 
 @pytest.mark.parametrize(
     ("n", "text"),
-    [(0, "0 B"), (24, "24 B"), (1023, "1023 B"), (1536, "1.50 KiB"), (15 << 20, "15.0 MiB"), (300 << 30, "300 GiB")],
+    [
+        (0, "0 B"),
+        (24, "24 B"),
+        (1023, "1023 B"),
+        (1536, "1.50 KiB"),
+        (15 << 20, "15.0 MiB"),
+        (300 << 30, "300 GiB"),
+        ((1 << 20) - 1, "1.00 MiB"),  # 1023.999 KiB rounds to 1024: the next unit up
+        (-1536, "-1.50 KiB"),
+    ],
 )
 def test_format_bytes(n: int, text: str) -> None:
     assert fit.format_bytes(n) == text

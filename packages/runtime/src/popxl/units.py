@@ -24,7 +24,10 @@ def significant(value: float, digits: int = 3) -> str:
 
 
 def format_bytes(n: float) -> str:
-    """A byte count in B, KiB, MiB, GiB or TiB: exact below 1 KiB, else three significant digits."""
+    """A byte count in B, KiB, MiB, GiB or TiB: exact below 1 KiB, else three significant digits (a
+    difference keeps its sign)."""
+    if n < 0:
+        return f"-{format_bytes(-n)}"
     if n < 1024:
         return f"{n:.0f} B"
     value, unit = float(n), 0

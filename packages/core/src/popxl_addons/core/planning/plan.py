@@ -13,6 +13,7 @@ import numpy as np
 
 import popxl
 from popxl import ops
+from popxl.units import format_bytes as _size
 from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult, batch_serialise_fwd_and_grad
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.module import Module
@@ -64,14 +65,6 @@ def _policy(policy: Mapping[str, str]) -> str:
         return str(dict(policy))
     counts = Counter(policy.values())
     return "{" + ", ".join(f"{counts[c]} {c}" for c in ("host", "recompute", "keep") if counts[c]) + "}"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 @dataclass

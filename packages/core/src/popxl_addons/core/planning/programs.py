@@ -20,6 +20,7 @@ import popxl
 from popxl import ops
 from popxl.lowering import fit
 from popxl.transforms import ExpectedConnectionType
+from popxl.units import format_bytes
 from popxl_addons.core.autodiff import autodiff_with_accumulation
 from popxl_addons.core.batch_serialisation import batch_serialise_fwd_and_grad
 from popxl_addons.core.batch_serialisation.policy import serialisable_activations
@@ -100,10 +101,10 @@ def _feeds(
     sizes = {s: math.prod((*lead, *s.shape)) * s.dtype.as_numpy().itemsize for s in streams}
     available = fit.host_available()
     if available is not None and sum(sizes.values()) > available:
-        largest = "\n".join(f"  {fit.format_bytes(n):>9}  stream {s.tensor_id!r}" for s, n in sizes.items())
+        largest = "\n".join(f"  {format_bytes(n):>9}  stream {s.tensor_id!r}" for s, n in sizes.items())
         raise popxl.OutOfMemoryError(
-            f"The planner's input data would take {fit.format_bytes(sum(sizes.values()))} of host memory, but this "
-            f"machine has {fit.format_bytes(available)} available. Nothing was run.\n{largest}\nTo fit: a smaller "
+            f"The planner's input data would take {format_bytes(sum(sizes.values()))} of host memory, but this "
+            f"machine has {format_bytes(available)} available. Nothing was run.\n{largest}\nTo fit: a smaller "
             "global batch or input shape."
         )
     rng = np.random.default_rng(seed)
