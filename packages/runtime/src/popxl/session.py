@@ -137,11 +137,15 @@ class Session:
         """The host values the Session holds (all of them while detached)."""
         return {v: a for v, a in self._host.items() if a is not None}
 
+    def _holds_alone(self) -> bool:
+        """Whether the devices hold the variables' values alone (see `_hand_over`)."""
+        return any(v._held_by(self) for v in self._host)
+
     def _drop_stale(self) -> None:
         """After a run: the host values the devices have moved past are stale, and dropped where the devices
         hold the values alone."""
         self._host_stale = True
-        if any(v._held_by(self) for v in self._host):
+        if self._holds_alone():
             self._hand_over()
 
     def _require_attached(self, what: str) -> None:
@@ -165,7 +169,7 @@ class Session:
                 f"(variables {self._read_only_maps})."
             )
         self._require_attached("weights_to_host")
-        values = self._program.read_variables(self._state, [v for v, held in self._host.items() if held is not None])
+        values = self._program.read_variables(self._state, list(self._held()))
         self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
         self._host_stale = False
 
@@ -317,7 +321,7 @@ class Session:
         self._set_host(checked)
         if self.is_attached:
             self._state = self._program.with_variables(self._state, _on_device(checked))
-            if any(v._held_by(self) for v in self._host):
+            if self._holds_alone():
                 self._hand_over()
 
     def _every_replica(self, var: Variable) -> Array:
