@@ -31,7 +31,10 @@ and live only through it. A training step is
    batch-serialised over the micro-batches, activations through remote buffers;
 2. backward phases in reverse (head, layers, embedding): load and gather the
    weights, run the gradient batch-serialised (accumulating a mean over the
-   micro-batches), reduce-scatter the accumulated gradients over the
+   micro-batches; each stage's gradient runs its forward again from the
+   stage's input, `recompute_graph`, as Graphcore's GPT applications do, so
+   only the activations between stages are stored, not each layer's attention
+   scores and feed-forward activations), reduce-scatter the accumulated gradients over the
    data-parallel replicas into shards (`reduce_replica_sharded_graph`; a shared
    weight's is all-reduced, then sliced), add their squared norms
    (`grad_reduce_square_add`) to the step's total, store the shards;
@@ -425,6 +428,7 @@ def build_stage(
     factories, forward = module.create_graph(*inputs)
     required = [forward.graph.inputs[0]] if "dx" in handles else []
     accums, backward = autodiff_with_accumulation(forward, required, factories)
+    backward = addons.recompute_graph(backward)
     accum_inputs = backward.args.get("accum")  # the specs the reduction takes
     groups = shard_groups(factories)
     by_name, group_of = factories.to_dict(), groups.to_dict()

@@ -1,14 +1,17 @@
 """A Session's state held once: resident memory after attaching and running grows by about the state, not twice it.
 
-Prints the growth in bytes over the built program (whose variable's host data is already resident) and the
-variable's size.
+`run` (the default) prints the growth in bytes over the built program (whose variable's host data is already
+resident) and the variable's size. `attach` prints how far the peak of resident memory rose while attaching a
+program of remote variables in several buffers, and their size: their host values go as each buffer is placed.
 """
 
 from __future__ import annotations
 
 import gc
+import resource
 import sys
 
+import jax
 import numpy as np
 
 import popxl
@@ -20,6 +23,28 @@ ELEMENTS = 64 * 2**20  # 256 MiB of float32
 def resident() -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+
+
+def attach_peak() -> None:
+    buffers, entries = 16, 4
+    shape = (2 * ELEMENTS // (buffers * entries),)
+    ir = popxl.Ir()
+    filled: dict[popxl.Variable, int] = {}
+    with ir.main_graph:
+        for b in range(buffers):
+            buffer = popxl.remote_buffer(shape, popxl.float32, entries)
+            for e in range(entries):
+                value = b * entries + e
+                filled[popxl.remote_variable(np.full(shape, value, np.float32), buffer, e)] = value
+        ops.remote_load(buffer, 0)
+    session = popxl.Session(ir, "cpu")
+    jax.block_until_ready(jax.device_put(np.ones(4)))  # JAX's runtime started before, not counted
+    gc.collect()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with session:
+        risen = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    print(risen, 2 * ELEMENTS * 4, flush=True)
+    assert all(float(v.host_data[-1]) == value for v, value in filled.items())  # given back at detach
 
 
 def main() -> None:
@@ -40,5 +65,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    attach_peak() if sys.argv[1:] == ["attach"] else main()
     sys.exit(0)

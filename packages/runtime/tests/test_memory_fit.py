@@ -89,6 +89,38 @@ def test_refused_attach_allocates_nothing(monkeypatch: pytest.MonkeyPatch) -> No
     assert not session.is_attached
 
 
+def _two_variables(replicas: int = 1) -> popxl.Ir:
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph:
+        for name in ("a", "b"):
+            ops.var_updates.accumulate_(popxl.variable(np.ones((64, 64), np.float32), name=name), popxl.constant(1.0))
+    return ir
+
+
+def test_attaching_counts_the_host_values_it_lets_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two 16 KiB variables: on a CPU, each host value goes once its copy is placed, so attaching needs 16 KiB at
+    # its peak, not 32 KiB; keeping the host copies (weights_to_host_on_exit=False), it needs both.
+    monkeypatch.setattr(fit, "host_available", lambda: 24 * 2**10)
+    with popxl.Session(_two_variables(), "cpu") as session:
+        assert session.is_attached
+    with pytest.raises(popxl.OutOfMemoryError, match=r"32\.0 KiB"):
+        popxl.Session(_two_variables(), "cpu", weights_to_host_on_exit=False).__enter__()
+
+
+def test_every_cpu_device_takes_from_the_same_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four replicas on four CPU devices hold 16 KiB each of each variable. A variable's one 16 KiB host value
+    # goes once its copies are placed: 28 KiB a device at the peak (a's 16, less a quarter of its host value,
+    # then b's 16), 112 KiB of the one host memory in all.
+    monkeypatch.setattr(fit, "host_available", lambda: 100 * 2**10)
+    session = popxl.Session(_two_variables(4), "cpu", replica_mode="devices")
+    with pytest.raises(popxl.OutOfMemoryError, match=r"28\.0 KiB of device memory on each of its 4 devices"):
+        session.__enter__()
+    monkeypatch.setattr(fit, "host_available", lambda: 120 * 2**10)
+    fit.forget_reading()
+    with session:
+        assert session.is_attached
+
+
 def test_xlas_own_out_of_memory_error_becomes_the_same_error() -> None:
     # A GPU's allocator raises RESOURCE_EXHAUSTED inside XLA; this CPU's never does, so the step is replaced.
     ir, x, _ = _small_program()

@@ -24,6 +24,49 @@ def test_resident_memory_grows_by_the_state_once() -> None:
     assert grown < state / 2, f"resident memory grew by {grown} B attaching and running a {state} B state"
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory is read from /proc")
+def test_attaching_never_holds_the_state_twice() -> None:
+    done = subprocess.run(
+        [sys.executable, str(WORKER), "attach"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    risen, state = (int(n) for n in done.stdout.split())
+    # Were the host values kept until every buffer was placed, the peak would rise by the state itself.
+    assert risen < state / 2, f"the peak of resident memory rose by {risen} B attaching a {state} B state"
+
+
+def test_a_failed_attach_gives_the_host_values_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffers = [popxl.remote_buffer((4,), popxl.float32, 2) for _ in range(3)]
+        values = {
+            popxl.remote_variable(np.full((4,), 2.0 * b + e, np.float32), buffer, e): 2.0 * b + e
+            for b, buffer in enumerate(buffers)
+            for e in range(2)
+        }
+        ops.remote_load(buffers[0], 0)
+    session = popxl.Session(ir, "cpu")
+    placement = session._program.placement
+    put_all, calls = placement.put_all, []
+
+    def failing_third(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("placing failed")
+        return put_all(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(placement, "put_all", failing_third)
+    with pytest.raises(RuntimeError, match="placing failed"):
+        session.__enter__()
+    assert not session.is_attached
+    for v, value in values.items():  # the two buffers placed first were handed over, and came back
+        np.testing.assert_array_equal(v.host_data, value)
+    monkeypatch.setattr(placement, "put_all", put_all)
+    with session:  # attaching again, from the values given back
+        for v, value in values.items():
+            np.testing.assert_array_equal(session.get_tensor_data(v), value)
+
+
 def _counter(initial: float = 0.0) -> tuple[popxl.Ir, popxl.Variable]:
     ir = popxl.Ir()
     with ir.main_graph:

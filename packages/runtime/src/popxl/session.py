@@ -10,6 +10,7 @@ import numpy as np
 from popxl import dtypes
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
+from popxl.lowering import fit
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -97,10 +98,14 @@ class Session:
 
     def __enter__(self) -> Session:
         if self._attached == 0:
-            self._state = self._program.init_state(_on_device(self._held()))
+            values = _on_device(self._held())
+            handing = _Handing(self, values) if self.weights_to_host_on_exit else None
+            self._state = self._program.init_state(values, handing)
+            del values
             self._host_stale = False
             if self.weights_to_host_on_exit:
                 self._hand_over()
+            fit.give_back_freed_memory()
         self._attached += 1
         return self
 
@@ -112,12 +117,13 @@ class Session:
             self._take_back()
             self._state = None
 
-    def _hand_over(self) -> None:
-        """Drop the host copies of the values the devices now hold, so that the state is held once while
-        attached (on a CPU, host and device memory are one): each is read from the devices when asked for, and
-        read back whole when the Session detaches. Memory-mapped values stay in their maps."""
-        for v, held in self._host.items():
-            if held is not None and not isinstance(held, np.memmap):
+    def _hand_over(self, variables: Iterable[Variable] | None = None) -> None:
+        """Drop the host copies of the values the devices now hold (of `variables`, or all), so that the state
+        is held once while attached (on a CPU, host and device memory are one): each is read from the devices
+        when asked for, and read back whole when the Session detaches. Memory-mapped values stay in their
+        maps."""
+        for v in self._host if variables is None else variables:
+            if self._host[v] is not None and not isinstance(self._host[v], np.memmap):
                 self._host[v] = None
                 v._lend(self)
 
@@ -132,6 +138,7 @@ class Session:
             if v._held_by(self):
                 assert held is not None
                 v._give_back(held)
+        fit.give_back_freed_memory()
 
     def _held(self) -> dict[Variable, Array]:
         """The host values the Session holds (all of them while detached)."""
@@ -356,6 +363,39 @@ class Session:
             else:
                 raise TypeError(f"Tensor {getattr(t, 'id', t)} is not of type Constant or Variable")
         return out
+
+
+class _Handing:
+    """A Session's host values on their way to its devices at attach (a `Handover`): each value goes as soon
+    as it is placed, so that attaching never holds the whole state twice."""
+
+    # Freed values under glibc's mmap threshold stay in the heap, where the larger arrays placed next cannot
+    # reuse them: they are given back to the OS every this many bytes.
+    GIVE_BACK_EVERY = 64 * 2**20
+
+    def __init__(self, session: Session, values: dict[Variable, Array]) -> None:
+        self.session = session
+        self.values = values
+        self.released = 0
+
+    def releases(self, variable: Variable) -> bool:
+        return not isinstance(self.session._host[variable], np.memmap)
+
+    def placed(self, variables: list[Variable]) -> None:
+        for v in variables:
+            value = self.values.pop(v, None)
+            if value is not None and self.releases(v):
+                self.released += value.nbytes
+        self.session._hand_over(variables)
+        if self.released >= self.GIVE_BACK_EVERY:
+            fit.give_back_freed_memory()
+            self.released = 0
+
+    def restore(self, values: dict[Variable, Array]) -> None:
+        self.session._set_host({v: dtypes.host_view(a) for v, a in values.items()})
+        for v in values:
+            if v._held_by(self.session):
+                v._give_back(self.session._host[v])  # type: ignore[arg-type]
 
 
 def _on_device(host: Mapping[Variable, Array]) -> dict[Variable, Array]:

@@ -20,6 +20,7 @@ can be read, nothing is checked. `POPXL_MEMORY_CHECK=0` turns the check off
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import re
@@ -151,6 +152,28 @@ def forget_reading() -> None:
     _reading = (-math.inf, None)
 
 
+def give_back_freed_memory() -> None:
+    """Return to the OS the pages the C allocator keeps free (glibc's `malloc_trim`; nothing elsewhere).
+
+    Freed arrays under glibc's mmap threshold (up to 32 MiB) stay in the process's heap, resident and counted
+    as used: after the state moves to the devices (or back), the host values it leaves would otherwise still
+    hold the memory that the checks and the OS see as taken.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+        forget_reading()
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
 def device_available(device: Any) -> int | None:
     """Free bytes of an accelerator's own memory as XLA reports them; None for a CPU or where unreported."""
     if device.platform == "cpu":
@@ -172,28 +195,32 @@ def check_enabled() -> bool:
 Held = Callable[[], Iterable[Buffer]]
 
 
-def require_fit(what: str, device: Any, allocations: dict[str, int], held: Held, advice: str) -> None:
-    """Raise `OutOfMemoryError` if `allocations` (new bytes per memory) exceed what `device`'s machine has.
+def require_fit(what: str, device: Any, allocations: dict[str, int], held: Held, advice: str, devices: int = 1) -> None:
+    """Raise `OutOfMemoryError` if `allocations` (new bytes per memory, on each of this process's `devices`
+    devices alike) exceed what `device`'s machine has.
 
     `held()` lists the buffers involved, of which the message names the largest; `advice` says what to change.
     """
     if not check_enabled():
         return
-    short, available = _shortfall(device, allocations)
+    short, available = _shortfall(device, allocations, devices)
     if short:
-        raise OutOfMemoryError(out_of_memory_message(what, device, allocations, available, held, advice))
+        message = out_of_memory_message(what, device, allocations, available, held, advice, devices=devices)
+        raise OutOfMemoryError(message)
 
 
-def _shortfall(device: Any, allocations: dict[str, int]) -> tuple[bool, int | None]:
-    """Whether a memory is short of `allocations`, and the bytes available in it."""
-    host = _host_available_for(sum(allocations.values()))
+def _shortfall(device: Any, allocations: dict[str, int], devices: int) -> tuple[bool, int | None]:
+    """Whether a memory is short of `allocations` on each of `devices` devices, and the bytes available in it."""
     if device.platform == "cpu":
-        # A CPU device's memory is the host's: both allocations come from it.
-        return host is not None and sum(allocations.values()) > host, host
+        # A CPU device's memory is the host's: every device's allocations, in both memories, come from it.
+        need = devices * sum(allocations.values())
+        host = _host_available_for(need)
+        return host is not None and need > host, host
     on_device = device_available(device)
     if on_device is not None and allocations.get("device", 0) > on_device:
         return True, on_device
-    return host is not None and allocations.get("host", 0) > host, host
+    host = _host_available_for(devices * allocations.get("host", 0))
+    return host is not None and devices * allocations.get("host", 0) > host, host
 
 
 def out_of_memory_message(
@@ -204,9 +231,12 @@ def out_of_memory_message(
     held: Held,
     advice: str,
     outcome: str = "Nothing was run or changed.",
+    devices: int = 1,
 ) -> str:
     """The one error a program that does not fit gets: needed and available bytes, its largest buffers, advice."""
     parts = " and ".join(f"{format_bytes(b)} of {m} memory" for m, b in allocations.items() if b)
+    if devices > 1:
+        parts = f"{parts or '0 B'} on each of its {devices} devices"
     where = "this machine" if device.platform == "cpu" else f"{device}"
     have = "an unknown amount" if available is None else format_bytes(available)
     lines = textwrap.wrap(f"{what} would allocate {parts or '0 B'}, but {where} has {have} available. {outcome}")

@@ -24,7 +24,7 @@ from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.memory import Footprint
 from popxl.lowering.placement import ReplicaPlacement
 from popxl.lowering.replicas import ReplicaMesh
-from popxl.lowering.state import State, StateLayout, buffer_key, merged
+from popxl.lowering.state import Handover, State, StateLayout, buffer_key, merged
 from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, Op, Resource, graph_writes, reachable_graphs
 from popxl.remote_buffer import MEMORY_KINDS, RemoteBuffer
@@ -208,24 +208,42 @@ class Program:
         outputs = {s.tensor_id: world.host_output(s).values for s in self.d2h}
         return written, outputs, world.check_state
 
-    def init_state(self, host: Mapping[Variable, np.ndarray[Any, Any]]) -> State:
-        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries).
+    @property
+    def _devices(self) -> int:
+        """This process's devices: one per local replica, or the one that simulates them all."""
+        return self.placement.local_replicas if self.replica_devices else 1
 
-        Refused with `OutOfMemoryError` before anything is allocated where the machine cannot hold it.
+    def init_state(self, host: Mapping[Variable, np.ndarray[Any, Any]], handover: Handover | None = None) -> State:
+        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries); see
+        `StateLayout.initial` for `handover`.
+
+        Refused with `OutOfMemoryError` before anything is allocated where the machine cannot hold it. The host
+        values `handover` releases as they are placed count as host memory given back along the way.
         """
-        devices = len(self.replica_devices or [self.device])
-        held = [
-            fit.Buffer(name, nbytes // devices, "device" if kind is None else "host")
-            for name, nbytes, kind in self.state.sizes(self.buffer_memory_kind, self.placement.local_replicas)
-        ]
+        devices = self._devices
+        entries = self.state.sizes(self.buffer_memory_kind, self.placement.local_replicas)
+        held = [fit.Buffer(e.name, e.nbytes // devices, "device" if e.memory_kind is None else "host") for e in entries]
         allocations = {m: sum(b.nbytes for b in held if b.memory == m) for m in ("device", "host")}
+        # Entries are placed in order, each releasing its variables' host values once placed: host memory
+        # given back for the next. What attaching needs of host memory is its peak, not its sum.
+        on_cpu = self.device.platform == "cpu"  # a CPU device's memory is the host's
+        peak = total = 0
+        for b, e in zip(held, entries):
+            if on_cpu or b.memory == "host":
+                peak = max(peak, total + b.nbytes)
+                releases = [v for v in e.variables if handover is not None and handover.releases(v)]
+                total += b.nbytes - sum(host[v].nbytes for v in releases) // devices
+        credit = sum(b.nbytes for b in held if on_cpu or b.memory == "host") - peak
+        from_device = min(credit, allocations["device"]) if on_cpu else 0
+        allocations["device"] -= from_device
+        allocations["host"] -= credit - from_device
         what = "Attaching the Session (its variables and remote buffers)"
-        fit.require_fit(what, self.device, allocations, lambda: held, _STATE_ADVICE)
+        fit.require_fit(what, self.device, allocations, lambda: held, _STATE_ADVICE, devices)
         return self._translating_oom(
             what,
             allocations,
             lambda: held,
-            lambda: self.state.initial(host, self.placement, self.buffer_memory_kind),
+            lambda: self.state.initial(host, self.placement, self.buffer_memory_kind, handover),
             _STATE_ADVICE,
         )
 
@@ -282,6 +300,7 @@ class Program:
                     # Checks that depend on nothing a run is given pass or fail alike in every run.
                     compiled.static_failure = self._evaluate_checks(compiled, arguments)
             self._compiled[key] = compiled
+            fit.give_back_freed_memory()  # what compiling used and freed, before the run needs memory
         return self._compiled[key]
 
     def _check_program(self, traced: Any, arguments: tuple[Any, ...]) -> tuple[Any, list[bool]]:
@@ -335,7 +354,8 @@ class Program:
 
     def _require_fit(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> None:
         allocations = compiled.footprint.allocations()
-        fit.require_fit("Session.run", self.device, allocations, lambda: self._largest(compiled, arguments), _ADVICE)
+        largest = lambda: self._largest(compiled, arguments)  # noqa: E731
+        fit.require_fit("Session.run", self.device, allocations, largest, _ADVICE, self._devices)
 
     def _largest(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> list[fit.Buffer]:
         """The largest buffers of a run: its state and stream data by name, and the largest values XLA computes."""
@@ -366,11 +386,11 @@ class Program:
     def _arguments(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> tuple[Any, ...]:
         """The step's arguments: the state, and the inputs put where the step reads them (checked to fit first)."""
         memory = "device" if self.stream_memory_kind is None else "host"
-        devices = len(self.replica_devices or [self.device])
+        devices = self._devices
         held = [fit.Buffer(f"host stream {k!r} data", a.nbytes // devices, memory) for k, a in inputs.items()]
         what = "Session.run, placing its host stream data,"
         allocations = {memory: sum(b.nbytes for b in held)}
-        fit.require_fit(what, self.device, allocations, lambda: held, _ADVICE)
+        fit.require_fit(what, self.device, allocations, lambda: held, _ADVICE, devices)
         return (*self.state.split(state), self._put_inputs(inputs))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
@@ -34,6 +34,29 @@ PARTS = ("vars", "buffers")
 Array = np.ndarray[Any, Any]
 # JAX's memory kind for a remote buffer's storage (None: the devices' default memory).
 MemoryKindOf = Callable[[RemoteBuffer], str | None]
+
+
+class Entry(NamedTuple):
+    """One array of a program's state: its name as a user names it, bytes, JAX memory kind (None: the devices'
+    default memory) and the variables whose host values `StateLayout.initial` places in it."""
+
+    name: str
+    nbytes: int
+    memory_kind: str | None
+    variables: list[Variable]
+
+
+class Handover(Protocol):
+    """Who gives `StateLayout.initial` the host values it places, and takes them back should it fail."""
+
+    def releases(self, variable: Variable) -> bool:
+        """Whether the host value of `variable` goes once it is placed (and its memory can be used again)."""
+
+    def placed(self, variables: list[Variable]) -> None:
+        """These variables' values are on the devices."""
+
+    def restore(self, values: dict[Variable, Array]) -> None:
+        """Placing failed: the values of the variables `placed` was told of, read back from the devices."""
 
 
 def buffer_key(buffer: RemoteBuffer) -> str:
@@ -59,6 +82,10 @@ class _Slot:
     def replica_rows(self, state: State, placement: ReplicaPlacement) -> Array:
         """Every replica's value, `(replicas, *group shape)`, from the device state."""
         return placement.fetch_all(state["vars"][self.var.id])
+
+    def stored(self, state: State, placement: ReplicaPlacement) -> Array:
+        """`replica_rows` from where `initial` placed the value."""
+        return self.replica_rows(state, placement)
 
 
 class _RemoteSlot(_Slot):
@@ -86,8 +113,11 @@ class _RemoteSlot(_Slot):
     def replica_rows(self, state: State, placement: ReplicaPlacement) -> Array:
         if self.loaded is not None:
             entries = placement.fetch_all(state["vars"][self.loaded.id])
-        else:
-            entries = placement.fetch_all(state["buffers"][buffer_key(self.remote.buffer)])[:, self.remote.offset]
+            return host_rows.entry_values(self.remote, entries)
+        return self.stored(state, placement)
+
+    def stored(self, state: State, placement: ReplicaPlacement) -> Array:
+        entries = placement.fetch_all(state["buffers"][buffer_key(self.remote.buffer)])[:, self.remote.offset]
         return host_rows.entry_values(self.remote, entries)
 
 
@@ -130,34 +160,66 @@ class StateLayout:
             raise ValueError(f"{var.id} is not a variable of this session's Ir")
         return var
 
-    def initial(self, host: Mapping[Variable, Array], placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> State:
-        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries)."""
-        r = self.replicas
-        rows: dict[str, Array] = {}
-        placed: dict[str, jax.Array] = {}
-        # One buffer's host staging at a time, put where it lives before the next is made: a program's remote
-        # state is then never on the host whole besides its place.
-        for b in self.buffers:
-            key = buffer_key(b)
-            staging = {key: np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy())}
-            for v, slot in self._slots.items():
-                if isinstance(slot, _RemoteSlot) and slot.remote.buffer is b:
-                    slot.initialise(host[v], rows, staging)
-            placed[key] = placement.put_all(staging.pop(key), memory_kind(b))
-        for v, slot in self._slots.items():
-            if not isinstance(slot, _RemoteSlot):
-                slot.initialise(host[v], rows, {})
-        return {"vars": {v.id: placement.put_all(rows.pop(v.id)) for v in self.carried}, "buffers": placed}
+    def initial(
+        self,
+        host: Mapping[Variable, Array],
+        placement: ReplicaPlacement,
+        memory_kind: MemoryKindOf,
+        handover: Handover | None = None,
+    ) -> State:
+        """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries).
 
-    def sizes(self, memory_kind: MemoryKindOf, replicas: int) -> list[tuple[str, int, str | None]]:
-        """What `initial` allocates for `replicas` replicas: a name, bytes and JAX memory kind per array."""
-        out: list[tuple[str, int, str | None]] = [
-            (self.entry_name("vars", v.id), replicas * math.prod(v.shape) * np.dtype(v.dtype.as_numpy()).itemsize, None)
-            for v in self.carried
-        ]
+        Arrays are placed in the order of `sizes`, each made on the host just before it is placed. With a
+        `handover`, its `placed` is told each array's variables once their values are on the devices, so that
+        their host values can go before the next array is made; should a placement fail, the values of the
+        variables it was told of are read back from the devices and given to its `restore`.
+        """
+        r = self.replicas
+        state: State = {"vars": {}, "buffers": {}}
+        told: list[Variable] = []
+
+        def placed(variables: list[Variable]) -> None:
+            if handover is not None and variables:
+                told.extend(variables)
+                handover.placed(variables)
+
+        try:
+            for b in self.buffers:
+                key = buffer_key(b)
+                staging = {key: np.zeros((r, b.entries, *b.tensor_shape), b.tensor_dtype.as_numpy())}
+                rows: dict[str, Array] = {}
+                slots = [s for s in self._slots.values() if isinstance(s, _RemoteSlot) and s.remote.buffer is b]
+                for slot in slots:
+                    slot.initialise(host[slot.var], rows, staging)
+                # Placed before the next is made: a copy still under way would keep its staging alive.
+                state["buffers"][key] = jax.block_until_ready(placement.put_all(staging.pop(key), memory_kind(b)))
+                for var_id, value in rows.items():  # the loaded values of remote variables, carried
+                    state["vars"][var_id] = placement.put_all(value)
+                del staging, rows
+                placed([slot.var for slot in slots])
+            for v in self.carried:
+                if v.id not in state["vars"]:
+                    rows = {}
+                    self._slots[v].initialise(host[v], rows, {})
+                    state["vars"][v.id] = placement.put_all(rows.pop(v.id))
+                    placed([v])
+        except BaseException:
+            if told:
+                assert handover is not None
+                handover.restore({v: host_rows.host_values(v, self._slots[v].stored(state, placement)) for v in told})
+            raise
+        return {"vars": {v.id: state["vars"][v.id] for v in self.carried}, "buffers": state["buffers"]}
+
+    def sizes(self, memory_kind: MemoryKindOf, replicas: int) -> list[Entry]:
+        """What `initial` allocates for `replicas` replicas, in the order it places them."""
+        out = []
         for b in self.buffers:
             nbytes = replicas * b.entries * math.prod(b.tensor_shape) * np.dtype(b.tensor_dtype.as_numpy()).itemsize
-            out.append((self.entry_name("buffers", buffer_key(b)), nbytes, memory_kind(b)))
+            variables = [s.var for s in self._slots.values() if isinstance(s, _RemoteSlot) and s.remote.buffer is b]
+            out.append(Entry(self.entry_name("buffers", buffer_key(b)), nbytes, memory_kind(b), variables))
+        for v in self.carried:
+            nbytes = replicas * math.prod(v.shape) * np.dtype(v.dtype.as_numpy()).itemsize
+            out.append(Entry(self.entry_name("vars", v.id), nbytes, None, [v] if v in self._slots else []))
         return out
 
     def entry_name(self, part: str, key: str) -> str:
