@@ -3,6 +3,8 @@
 `run` (the default) prints the growth in bytes over the built program (whose variable's host data is already
 resident) and the variable's size. `attach` prints how far the peak of resident memory rose while attaching a
 program of remote variables in several buffers, and their size: their host values go as each buffer is placed.
+`memmap FOLDER` prints how far memory not backed by a file grew while a variable memory-mapped in FOLDER was
+attached and run, and after, and its size: the map is never copied whole into memory of the process's own.
 """
 
 from __future__ import annotations
@@ -47,6 +49,32 @@ def attach_peak() -> None:
     assert all(float(v.host_data[-1]) == value for v, value in filled.items())  # given back at detach
 
 
+def anonymous() -> int:
+    """Resident bytes not backed by a file (a memory map's pages are file-backed)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon"))
+
+
+def memory_mapped(folder: str) -> None:
+    data = np.lib.format.open_memmap(f"{folder}/w.npy", mode="w+", dtype=np.float32, shape=(ELEMENTS,))
+    data[...] = 1.0
+    data.flush()
+    jax.block_until_ready(jax.device_put(np.ones(4)))  # JAX's runtime started before, not counted
+    gc.collect()
+    before = anonymous()
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(data, name="w")
+        ops.var_updates.accumulate_(w, popxl.constant(np.float32(1)))
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+        attached = anonymous() - before
+    gc.collect()
+    after = anonymous() - before
+    assert float(data[-1]) == 2.0  # written back into the map
+    print(attached, after, ELEMENTS * 4, flush=True)
+
+
 def main() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
@@ -65,5 +93,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    attach_peak() if sys.argv[1:] == ["attach"] else main()
+    if sys.argv[1:2] == ["attach"]:
+        attach_peak()
+    elif sys.argv[1:2] == ["memmap"]:
+        memory_mapped(sys.argv[2])
+    else:
+        main()
     sys.exit(0)

@@ -35,6 +35,19 @@ def test_attaching_never_holds_the_state_twice() -> None:
     assert risen < state / 2, f"the peak of resident memory rose by {risen} B attaching a {state} B state"
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory is read from /proc")
+def test_a_memory_mapped_variable_is_never_read_whole(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(WORKER), "memmap", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    attached, after, size = (int(n) for n in done.stdout.split())
+    # Attached, the devices' copy (on a CPU, memory of the process's own) is the one copy; a copy of the map
+    # read into memory beside it would double that. Detached, the value lives in the map alone.
+    assert attached < 1.5 * size, f"memory not backed by a file grew by {attached} B attaching a {size} B map"
+    assert after < size / 4, f"{after} B of memory not backed by a file remained after detaching a {size} B map"
+
+
 def test_a_failed_attach_gives_the_host_values_back(monkeypatch: pytest.MonkeyPatch) -> None:
     ir = popxl.Ir()
     with ir.main_graph:
