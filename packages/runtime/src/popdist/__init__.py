@@ -8,10 +8,11 @@ index among this host's instances, the replicas in all and on this instance, and
 instance's replicas start (see `popdist._env` for the variables). Outside a launch every function answers for a single
 instance holding every replica, as PopDist does.
 
-`init()` joins the instances through `jax.distributed` (`popxl.distributed.initialize`), with
-the coordinator the launcher names, so that one popxl program runs its replicas over all of
-them; call it before creating a Session. `popdist.popart.configureSessionOptions(opts)` writes
-the global replication factor and this instance's replica offset into session options.
+`init()` joins the instances through `jax.distributed` (`popxl.distributed.initialize`, which
+lives in `popdist._jax`), with the coordinator the launcher names, so that one popxl program runs
+its replicas over all of them; call it before creating a Session.
+`popdist.popart.configureSessionOptions(opts)` writes the global replication factor and this
+instance's replica offset into session options.
 """
 
 from __future__ import annotations
@@ -120,7 +121,11 @@ def init(timeout: float | None = None) -> None:
     deadline = time.monotonic() + wait
     if index != 0:
         _wait_for_coordinator(address, deadline, wait, index, count)
-    _join(address, count, index, cpu_devices, max(1, math.ceil(deadline - time.monotonic())))
+    # JAX only for a launch that joins: `import popdist`, and poprun, stay light.
+    from popdist import _jax
+
+    timeout_left = max(1, math.ceil(deadline - time.monotonic()))
+    _jax.initialize(address, count, index, cpu_devices=cpu_devices, timeout=timeout_left)
     _joined = True
 
 
@@ -146,13 +151,6 @@ def _wait_for_coordinator(address: str, deadline: float, wait: float, index: int
                 "right?"
             )
         time.sleep(0.2)
-
-
-def _join(address: str, count: int, index: int, cpu_devices: int | None, timeout: int) -> None:
-    """`popxl.distributed.initialize`, waiting at most `timeout` seconds for every instance to join."""
-    from popxl import distributed
-
-    distributed.initialize(address, count, index, cpu_devices=cpu_devices, timeout=timeout)
 
 
 def __getattr__(name: str) -> object:

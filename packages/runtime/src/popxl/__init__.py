@@ -7,6 +7,7 @@ buffers, replicas and autodiff) run unchanged on CPUs and GPUs.
 import popxl.opdefs  # noqa: F401  (registers the built-in op kinds)
 from popxl import cpp_custom_ops as _cpp_custom_ops
 from popxl import dtypes, fp8_utils, ops, transforms, utils
+from popxl import tensor as _tensor
 from popxl.context import (
     gcg,
     get_current_graph,
@@ -63,6 +64,23 @@ from popxl.tensor import Constant, LoadedVariable, RemoteVariable, Tensor, Tenso
 from popxl.tensorlocation import ExecutionContext, ReplicatedTensorSharding, TensorLocation, TensorStorage, TileSet
 
 bool = bool_
+
+# popxl defines its tensor-creating functions in `popxl.tensor`, which sits below them here (see its docstring).
+vars(_tensor).update(
+    {
+        f.__name__: f
+        for f in (
+            constant,
+            graph_input,
+            graph_output,
+            remote_replica_sharded_variable,
+            remote_variable,
+            replica_sharded_buffer,
+            replica_sharded_variable,
+            variable,
+        )
+    }
+)
 
 # A C++ custom op's `import cppimport.import_hook` then fails saying why it cannot run here.
 _cpp_custom_ops.install()

@@ -6,6 +6,8 @@ receives host data for its own replicas only (the host arrays' replica axis has 
 local replica count), while variables read back are those of the whole program.
 """
 
-from popxl.lowering.distributed import initialize, process_count, process_index
+from popdist._jax import initialize
+
+from popxl.lowering.distributed import process_count, process_index
 
 __all__ = ["initialize", "process_count", "process_index"]

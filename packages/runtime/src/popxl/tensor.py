@@ -1,4 +1,10 @@
-"""Tensors: values of a graph, with popxl's ids, specs and operator overloads."""
+"""Tensors: values of a graph, with popxl's ids, specs and operator overloads.
+
+Everything that builds ops or tensors sits above this module, so what popxl offers here that does is
+declared here for type checkers and set on it from above: the operators and op-building methods of
+Tensor by `popxl.ops` (see `popxl.ops._tensor_methods`), and popxl's tensor-creating functions
+(`popxl.tensor.variable`, ...) by `popxl`.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,19 @@ import numpy as np
 from popxl import dtypes
 
 if TYPE_CHECKING:
+    # popxl defines its tensor-creating functions in `popxl.tensor`; here they live above it.
+    from popxl.creation import constant as constant
+    from popxl.creation import remote_replica_sharded_variable as remote_replica_sharded_variable
+    from popxl.creation import remote_variable as remote_variable
+    from popxl.creation import replica_sharded_variable as replica_sharded_variable
+    from popxl.creation import variable as variable
     from popxl.graph import Graph
+    from popxl.graph import graph_input as graph_input
+    from popxl.graph import graph_output as graph_output
     from popxl.ir import Ir
     from popxl.op import Op
     from popxl.remote_buffer import RemoteBuffer
+    from popxl.remote_buffer import replica_sharded_buffer as replica_sharded_buffer
     from popxl.replica_grouping import ReplicaGrouping
 
 # popxl's alias for host data given for a tensor: a NumPy array or any iterable of Python scalars (PyTorch
@@ -149,135 +164,63 @@ class Tensor(SpecView):
     def __eq__(self, other: object) -> bool:
         return self is other
 
-    # Operators build ops in the current graph; non-tensor operands take this tensor's dtype.
-    def __add__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.add(self, _operand(self, other))
-
-    def __radd__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.add(_operand(self, other), self)
-
-    def __iadd__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        # As in popxl, the name keeps this tensor, whose value the add updates in place.
-        ops.add_(self, _operand(self, other))
-        return self
-
-    def __sub__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.sub(self, _operand(self, other))
-
-    def __rsub__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.sub(_operand(self, other), self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.mul(self, _operand(self, other))
-
-    def __rmul__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.mul(_operand(self, other), self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.div(self, _operand(self, other))
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.div(_operand(self, other), self)
-
-    def __mod__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.fmod(self, _operand(self, other))
-
-    def __rmod__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.fmod(_operand(self, other), self)
-
-    def __pow__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.pow(self, _operand(self, other))
-
-    def __rpow__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.pow(_operand(self, other), self)
-
-    def __and__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.logical_and(self, _operand(self, other))
-
-    def __rand__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.logical_and(_operand(self, other), self)
-
-    def __or__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.logical_or(self, _operand(self, other))
-
-    def __ror__(self, other: Any) -> Tensor:
-        from popxl import ops
-
-        return ops.logical_or(_operand(self, other), self)
-
-    def __invert__(self) -> Tensor:
-        from popxl import ops
-
-        return ops.logical_not(self)
-
     def __len__(self) -> int:
         if not self.shape:
             raise ValueError("Tensor is a scalar and doesn't have a length.")
         return self.shape[0]
 
-    def __matmul__(self, other: Any) -> Tensor:
-        from popxl import ops
+    if TYPE_CHECKING:
+        # Operators and op-building methods: `popxl.ops` sets them (popxl/ops/_tensor_methods.py), as it
+        # sits above this module. Non-tensor operands take this tensor's dtype.
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __iadd__(self, other: Any) -> Tensor: ...
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __mod__(self, other: Any) -> Tensor: ...
+        def __rmod__(self, other: Any) -> Tensor: ...
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __and__(self, other: Any) -> Tensor: ...
+        def __rand__(self, other: Any) -> Tensor: ...
+        def __or__(self, other: Any) -> Tensor: ...
+        def __ror__(self, other: Any) -> Tensor: ...
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __getitem__(self, key: Any) -> Tensor: ...
 
-        return ops.matmul(self, _operand(self, other))
+        def reshape(self, shape: tuple[int, ...]) -> Tensor:
+            """This tensor reshaped."""
 
-    def __rmatmul__(self, other: Any) -> Tensor:
-        from popxl import ops
+        def reshape_(self, shape: tuple[int, ...]) -> Tensor:
+            """A view of this tensor with another shape."""
 
-        return ops.matmul(_operand(self, other), self)
+        def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+            """This tensor with its axes permuted (reversed by default)."""
 
-    def __neg__(self) -> Tensor:
-        from popxl import ops
+        def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+            """A view of this tensor with its axes permuted (reversed by default)."""
 
-        return ops.negate(self)
+        def flatten(self) -> Tensor:
+            """This tensor as one axis."""
 
-    def __getitem__(self, key: Any) -> Tensor:
-        from popxl import ops
+        def flatten_(self) -> Tensor:
+            """A view of this tensor as one axis."""
 
-        return ops.getitem(self, key)
+        def detach(self) -> Tensor:
+            """This tensor, with no gradient flowing back through it."""
 
-    def reshape(self, shape: tuple[int, ...]) -> Tensor:
-        """This tensor reshaped."""
-        from popxl import ops
+        def detach_(self) -> Tensor:
+            """This tensor detached in place."""
 
-        return ops.reshape(self, shape)
-
-    def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
-        """This tensor with its axes permuted (reversed by default)."""
-        from popxl import ops
-
-        return ops.transpose(self, permutation)
+        def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
+            """This tensor copied to IPU `destination` (recorded only: there is one device per replica here)."""
 
     @property
     def T(self) -> Tensor:
@@ -289,53 +232,11 @@ class Tensor(SpecView):
         """This tensor with its axes reversed, as a view (in place)."""
         return self.transpose_()
 
-    def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
-        """A view of this tensor with its axes permuted (reversed by default)."""
-        from popxl import ops
-
-        return ops.transpose_(self, permutation)
-
-    def reshape_(self, shape: tuple[int, ...]) -> Tensor:
-        """A view of this tensor with another shape."""
-        from popxl import ops
-
-        return ops.reshape_(self, shape)
-
-    def flatten(self) -> Tensor:
-        """This tensor as one axis."""
-        from popxl import ops
-
-        return ops.flatten(self)
-
-    def flatten_(self) -> Tensor:
-        """A view of this tensor as one axis."""
-        from popxl import ops
-
-        return ops.flatten_(self)
-
-    def detach(self) -> Tensor:
-        """This tensor, with no gradient flowing back through it."""
-        from popxl import ops
-
-        return ops.detach(self)
-
-    def detach_(self) -> Tensor:
-        """This tensor detached in place."""
-        from popxl import ops
-
-        return ops.detach_(self)
-
     def diag(self) -> Tensor:
         """The diagonal of this 2-D tensor."""
         if self.rank != 2:
             raise ValueError("Diag expected a 2d tensor.")
         return self.flatten()[:: self.shape[1] + 1]
-
-    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
-        """This tensor copied to IPU `destination` (recorded only: there is one device per replica here)."""
-        from popxl import ops
-
-        return ops.ipu_copy(self, destination, source)
 
     def strides(self, shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """Bytes to step along each axis of this tensor (or of `shape`) in row-major order, as NumPy counts them."""
@@ -349,17 +250,6 @@ class Tensor(SpecView):
     def scope(self) -> str:
         """The graph scope part of the id ('' in the main graph), as popxl's `Tensor.scope`."""
         return self._graph._tensor_prefix.rstrip("/")
-
-
-def _operand(like: Tensor, value: Any) -> Tensor:
-    if isinstance(value, Tensor):
-        return value
-    from popxl.creation import constant
-
-    data = np.asarray(value)
-    if data.size == 0:
-        raise ValueError(f"Operand {value!r} of an op with {like} has no elements.")
-    return constant(data.astype(like.dtype.as_numpy()), like.dtype)
 
 
 class Constant(Tensor):
@@ -503,25 +393,3 @@ class LoadedVariable(Variable):
 
 class TensorByRef(Tensor):
     """Annotation for a `create_graph` argument that the graph may modify in place."""
-
-
-# popxl defines its tensor-creating functions in `popxl.tensor`; they live beside the graph here, and
-# are found under their popxl module lazily, as importing them eagerly would be circular.
-_CREATORS = {
-    "graph_input": "popxl.graph",
-    "graph_output": "popxl.graph",
-    "variable": "popxl.creation",
-    "constant": "popxl.creation",
-    "remote_variable": "popxl.creation",
-    "remote_replica_sharded_variable": "popxl.creation",
-    "replica_sharded_variable": "popxl.creation",
-    "replica_sharded_buffer": "popxl.remote_buffer",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _CREATORS:
-        import importlib
-
-        return getattr(importlib.import_module(_CREATORS[name]), name)
-    raise AttributeError(f"module 'popxl.tensor' has no attribute {name!r}")

@@ -3,29 +3,40 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
-import json
 import math
 import multiprocessing
 import os
-import shutil
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from popxl_addons.core import IO_MODES, Module
+from popxl_addons.core import IO_MODES
+from popxl_addons.harness import plan_cli
 from popxl_addons.harness.builtin import BUILTIN_CASES
 from popxl_addons.harness.cases import REMOTE_MEMORIES, Case, Variant
+from popxl_addons.harness.cli_shared import (
+    LOG_COLUMNS,
+    PROGRESS_SECONDS,
+    ArgumentParser,
+    UsageError,
+    build_module,
+    constructor_kwargs,
+    fit,
+    help_formatter,
+    load_target,
+    positive_ints,
+    progress_console,
+    progress_line,
+    subset,
+)
 from popxl_addons.harness.equivalence import Outcome, TensorReport, build_error, check
 
 DESCRIPTION = """\
@@ -49,88 +60,9 @@ built-in cases run.
 """
 
 
-# Progress lines in a log: at most one per this many seconds, each at most LOG_COLUMNS wide.
-PROGRESS_SECONDS = 5.0
-LOG_COLUMNS = 80
-
-
-class UsageError(Exception):
-    """Bad input, reported as one message naming what was wrong."""
-
-
-def fit(text: str, width: int = LOG_COLUMNS) -> str:
-    """`text` with each line longer than `width` wrapped, continuations indented two more spaces."""
-    out = []
-    for line in text.splitlines() or [""]:
-        if len(line) <= width:
-            out.append(line)
-            continue
-        indent = line[: len(line) - len(line.lstrip())]
-        # Long words (paths, ids) are broken rather than left to overflow: nothing is dropped either way.
-        wrapped = textwrap.wrap(
-            line.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
-        )
-        out.extend(wrapped or [""])
-    return "\n".join(out)
-
-
-def help_formatter(base: type[argparse.HelpFormatter]) -> Callable[..., argparse.HelpFormatter]:
-    """`base` formatting for at most LOG_COLUMNS columns, or the terminal's width where narrower."""
-
-    def make(prog: str) -> argparse.HelpFormatter:
-        # argparse reads COLUMNS or the terminal, and leaves 2 columns spare.
-        return base(prog, width=min(shutil.get_terminal_size().columns, LOG_COLUMNS) - 2)
-
-    return make
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose error message is wrapped to fit LOG_COLUMNS, like its usage."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print the usage and the wrapped message on standard error; exit with 2."""
-        self.print_usage(sys.stderr)
-        self.exit(2, fit(f"{self.prog}: error: {message}") + "\n")
-
-
 def say(console: Console, text: str) -> None:
     """Print plain `text` (no markup) on `console`, wrapped to LOG_COLUMNS or the console's width if narrower."""
     console.print(fit(text, min(console.width, LOG_COLUMNS)), markup=False, highlight=False, soft_wrap=True)
-
-
-def _positive_ints(flag: str) -> Callable[[str], tuple[int, ...]]:
-    def parse(text: str) -> tuple[int, ...]:
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated positive integers, e.g. 4,8; got {text!r}")
-        return tuple(int(p) for p in parts)
-
-    parse.__name__ = flag
-    return parse
-
-
-def _choices(flag: str, allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(v.strip() for v in text.split(",") if v.strip())
-        unknown = [v for v in values if v not in allowed]
-        if not values or unknown:
-            raise argparse.ArgumentTypeError(
-                f"{flag} takes a comma-separated subset of {','.join(allowed)}; got {text!r}"
-            )
-        return values
-
-    parse.__name__ = flag
-    return parse
-
-
-def _kwargs(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"--kwargs takes a JSON object, e.g. '{{\"out_features\": 4}}': {e}") from e
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"--kwargs takes a JSON object of constructor arguments, got {text!r}")
-    return value
 
 
 def _jobs(text: str) -> int:
@@ -155,17 +87,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--input-shape",
-        type=_positive_ints("--input-shape"),
+        type=positive_ints("--input-shape"),
         help="shape of one micro-batch of the module's one input, e.g. 4,8 (needed with a target)",
     )
-    p.add_argument("--kwargs", type=_kwargs, default={}, help="constructor arguments as a JSON object")
+    p.add_argument("--kwargs", type=constructor_kwargs, default={}, help="constructor arguments as a JSON object")
     p.add_argument("--grad", action="store_true", help="serialise forward and gradient together (with a target)")
-    p.add_argument("--steps", type=_positive_ints("--steps"), help="step counts to check, e.g. 1,2,4")
-    p.add_argument("--rows", type=_positive_ints("--rows"), help="row counts to check, e.g. 1,2")
-    p.add_argument("--io-modes", type=_choices("--io-modes", IO_MODES), help=f"subset of {','.join(IO_MODES)}")
+    p.add_argument("--steps", type=positive_ints("--steps"), help="step counts to check, e.g. 1,2,4")
+    p.add_argument("--rows", type=positive_ints("--rows"), help="row counts to check, e.g. 1,2")
+    p.add_argument("--io-modes", type=subset("--io-modes", IO_MODES), help=f"subset of {','.join(IO_MODES)}")
     p.add_argument(
         "--remote-memories",
-        type=_choices("--remote-memories", REMOTE_MEMORIES),
+        type=subset("--remote-memories", REMOTE_MEMORIES),
         help=f"where remote buffers live, a subset of {','.join(REMOTE_MEMORIES)} (default: both)",
     )
     p.add_argument("--cases", type=lambda s: tuple(s.split(",")), help="built-in case names to run")
@@ -177,38 +109,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_target(target: str) -> Callable[..., Module]:
-    """The Module class or factory named `module:attr`, imported from the working folder first."""
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"TARGET must be MODULE:ATTR, e.g. mymodel:Block; got {target!r}")
-    # As `python -m` does: the working folder comes first on the import path.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name is not None and module_name.startswith(e.name):
-            raise UsageError(
-                f"cannot find module {module_name!r}: not in the working folder {cwd} nor on the import path"
-            ) from e
-        raise UsageError(f"importing module {module_name!r} failed: {e}") from e
-    except Exception as e:
-        raise UsageError(f"importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
-    if not hasattr(module, attr):
-        where = getattr(module, "__file__", module_name)
-        raise UsageError(f"module {module_name!r} ({where}) has no attribute {attr!r}")
-    obj = getattr(module, attr)
-    if inspect.isclass(obj) and issubclass(obj, Module):
-        return obj
-    if callable(obj) and not inspect.isclass(obj):
-        return obj  # type: ignore[no-any-return]
-    raise UsageError(
-        f"{target} is {type(obj).__name__} {obj!r}, not a popxl_addons Module class or a function returning one"
-    )
-
-
 def select_cases(args: argparse.Namespace) -> list[Case]:
     """The cases the arguments ask for."""
     if args.target:
@@ -217,7 +117,9 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
         factory = load_target(args.target)
         kwargs = dict(args.kwargs)
         name = args.target.partition(":")[2]
-        cases = [Case(name, lambda layout: _built(factory, kwargs, args.target), args.input_shape, grad=args.grad)]
+        cases = [
+            Case(name, lambda layout: build_module(factory, kwargs, args.target), args.input_shape, grad=args.grad)
+        ]
     else:
         known = {c.name for c in BUILTIN_CASES}
         unknown = [c for c in args.cases or () if c not in known]
@@ -231,13 +133,6 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
         if getattr(args, key):
             changes[key] = getattr(args, key)
     return [replace(c, **changes) for c in cases]
-
-
-def _built(factory: Callable[..., Module], kwargs: dict[str, Any], target: str) -> Module:
-    module = factory(**kwargs)
-    if not isinstance(module, Module):
-        raise TypeError(f"{target}(**{kwargs}) returned {type(module).__name__}, not a popxl_addons Module")
-    return module
 
 
 def _check_in_worker(argv: Sequence[str], index: int, measure: bool) -> tuple[int, dict[str, Any]]:
@@ -269,14 +164,6 @@ class _PlainProgress:
         )
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
         self.last = now
-
-
-def progress_line(head: str, detail: str) -> str:
-    """`head` and as much of `detail` as fits LOG_COLUMNS."""
-    room = LOG_COLUMNS - len(head) - 2
-    if room < 8:
-        return head[:LOG_COLUMNS]
-    return f"{head}; {detail if len(detail) <= room else detail[: room - 3] + '...'}"
 
 
 def run_all(
@@ -402,17 +289,10 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", str(LOG_COLUMNS))))
 
 
-def progress_console() -> Console:
-    """Where progress goes: standard error, so that the report on standard output stays clean."""
-    return Console(stderr=True, width=None if sys.stderr.isatty() else LOG_COLUMNS)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the harness; returns 1 when any variant fails or errs, 2 for bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["plan"]:
-        from popxl_addons.harness import plan_cli
-
         return plan_cli.main(argv[1:])
     console = _console()
     args = parser().parse_args(argv)

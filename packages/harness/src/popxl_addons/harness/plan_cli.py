@@ -10,21 +10,8 @@ from collections.abc import Sequence
 
 import popxl
 from popxl_addons.core import IO_MODES, SerialisationPlan, plan_batch_serialisation
+from popxl_addons.harness import cli_shared
 from popxl_addons.harness.cases import Case
-from popxl_addons.harness.cli import (
-    PROGRESS_SECONDS,
-    ArgumentParser,
-    UsageError,
-    _built,
-    _choices,
-    _kwargs,
-    _positive_ints,
-    fit,
-    help_formatter,
-    load_target,
-    progress_console,
-    progress_line,
-)
 from popxl_addons.harness.equivalence import check
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -47,26 +34,30 @@ def _batch(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The `plan` command line."""
-    p = ArgumentParser(
+    p = cli_shared.ArgumentParser(
         prog="popxl-addons-harness plan",
         description="Choose steps, io_mode and each activation's place (host, recompute or keep) so that one "
         "forward-and-gradient pass over the global batch fits a device-memory budget; print the plan and why.",
-        formatter_class=help_formatter(argparse.HelpFormatter),
+        formatter_class=cli_shared.help_formatter(argparse.HelpFormatter),
     )
     p.add_argument("target", metavar="MODULE:ATTR", help="a popxl_addons Module class or a function returning one")
     p.add_argument(
         "--input-shape",
-        type=_positive_ints("--input-shape"),
+        type=cli_shared.positive_ints("--input-shape"),
         required=True,
         help="shape of one sample of the module's input, without the batch axis, e.g. 128",
     )
     p.add_argument("--global-batch", type=_batch, required=True, help="samples per pass, e.g. 64")
     p.add_argument("--budget", type=parse_bytes, required=True, help="device memory, e.g. 2GiB")
-    p.add_argument("--kwargs", type=_kwargs, default={}, help="constructor arguments as a JSON object")
-    p.add_argument("--steps", type=_positive_ints("--steps"), help="step counts to consider (default: divisors)")
+    p.add_argument(
+        "--kwargs", type=cli_shared.constructor_kwargs, default={}, help="constructor arguments as a JSON object"
+    )
+    p.add_argument(
+        "--steps", type=cli_shared.positive_ints("--steps"), help="step counts to consider (default: divisors)"
+    )
     p.add_argument(
         "--io-modes",
-        type=_choices("--io-modes", IO_MODES),
+        type=cli_shared.subset("--io-modes", IO_MODES),
         default=IO_MODES,
         help=f"io_modes to consider, a subset of {','.join(IO_MODES)} (default: all)",
     )
@@ -78,24 +69,24 @@ class _Progress:
     """Planner stages on standard error; in a log, at most one line every PROGRESS_SECONDS."""
 
     def __init__(self) -> None:
-        self.console = progress_console()
+        self.console = cli_shared.progress_console()
         self.start = time.monotonic()
-        self.last = -PROGRESS_SECONDS
+        self.last = -cli_shared.PROGRESS_SECONDS
 
     def __call__(self, stage: str) -> None:
         now = time.monotonic()
-        if not self.console.is_terminal and now - self.last < PROGRESS_SECONDS:
+        if not self.console.is_terminal and now - self.last < cli_shared.PROGRESS_SECONDS:
             return
-        line = progress_line(f"[plan] {now - self.start:.0f} s", stage)
+        line = cli_shared.progress_line(f"[plan] {now - self.start:.0f} s", stage)
         self.console.print(line, markup=False, highlight=False)
         self.last = now
 
 
 def _check(plan: SerialisationPlan, args: argparse.Namespace, micro_shape: tuple[int, ...]) -> bool:
-    factory = load_target(args.target)
+    factory = cli_shared.load_target(args.target)
     case = Case(
         args.target.partition(":")[2],
-        lambda layout: _built(factory, dict(args.kwargs), args.target),
+        lambda layout: cli_shared.build_module(factory, dict(args.kwargs), args.target),
         micro_shape,
         grad=True,
         io_modes=(plan.io_mode,),
@@ -107,7 +98,7 @@ def _check(plan: SerialisationPlan, args: argparse.Namespace, micro_shape: tuple
         atol=1e-4,
     )
     outcome = check(case.variants()[0])
-    print(fit(outcome.report()))
+    print(cli_shared.fit(outcome.report()))
     return outcome.passed
 
 
@@ -116,14 +107,14 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
     batch = args.global_batch
     try:
-        factory = load_target(args.target)
-    except UsageError as e:
-        print(fit(f"popxl-addons-harness plan: error: {e}"), file=sys.stderr)
+        factory = cli_shared.load_target(args.target)
+    except cli_shared.UsageError as e:
+        print(cli_shared.fit(f"popxl-addons-harness plan: error: {e}"), file=sys.stderr)
         return 2
     spec = popxl.TensorSpec((batch, *args.input_shape), popxl.float32)
     try:
         plan = plan_batch_serialisation(
-            lambda: _built(factory, dict(args.kwargs), args.target),
+            lambda: cli_shared.build_module(factory, dict(args.kwargs), args.target),
             spec,
             args.budget,
             io_modes=args.io_modes,
@@ -131,9 +122,9 @@ def main(argv: Sequence[str]) -> int:
             progress=_Progress(),
         )
     except (ValueError, popxl.OutOfMemoryError) as e:
-        print(fit(f"no plan: {e}"))
+        print(cli_shared.fit(f"no plan: {e}"))
         return 1
-    print(fit(plan.explain()))
+    print(cli_shared.fit(plan.explain()))
     if args.check:
         return 0 if _check(plan, args, (batch // plan.steps, *args.input_shape)) else 1
     return 0

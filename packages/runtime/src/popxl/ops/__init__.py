@@ -1,6 +1,9 @@
-"""popxl ops: each function adds one op to the current graph."""
+"""popxl ops: each function adds one op to the current graph.
 
-from popxl.ops import collectives, var_updates
+Importing them also sets Tensor's operators and op-building methods (see `popxl.ops._tensor_methods`).
+"""
+
+from popxl.ops import _tensor_methods, collectives, var_updates
 from popxl.ops.call import (
     CallSiteInfo,
     ConditionalSiteInfo,
@@ -131,6 +134,8 @@ from popxl.ops.unary import (
     swish_,
 )
 from popxl.ops.var_updates import scaled_add_
+
+_tensor_methods.attach()
 
 __all__ = [
     "conv_pow2scaled",
