@@ -91,6 +91,15 @@ REDUCE_LOG_SUM = _reduction(
 )
 REDUCE_MEDIAN = _reduction("reduce_median", _median, linear=False, wide=False)
 
+# LAMB's squared norms: the sum of squares of every element, in float32.
+LAMB_SQUARE = register(
+    OpDef(
+        "lamb_square",
+        lambda specs, attrs: [TensorSpec((), dtypes.float32)],
+        lambda ctx, attrs, x: [jnp.sum(jnp.square(x.astype(jnp.float32)))],
+    )
+)
+
 
 def _cumsum_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     return {**attrs, "dim": axis_in("cumsum", attrs["dim"], len(specs[0].shape))}
