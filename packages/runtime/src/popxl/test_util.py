@@ -8,7 +8,9 @@
   returns one value per output and per modified input no output carries;
 - its outputs, and the gradients its gradient rule builds through popxl's
   autodiff, agree with `jax.vjp` of the same maths written directly (the
-  example's `reference`).
+  example's `reference`);
+- its FLOP count, where it declares one, names popart's op type and is near
+  XLA's own count of its lowering.
 
 `float16_errors(opdef, factory)` runs the same example in float16 and in float32 (on the same
 float16-rounded inputs, at several input scales) and says how far apart the results are.
@@ -242,6 +244,27 @@ def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None
     _assert_close(got, want, example, [f"{opdef.name}: gradient of input {floats[k]}" for k in range(len(want))])
 
 
+def check_flops(opdef: OpDef, factory: ExampleFactory) -> None:
+    """The declared FLOP count names popart's op type and is within a factor of 2 of XLA's count of the lowering."""
+    _, graph, op, example = _build(opdef, factory)
+    declared = op.flops
+    assert declared is not None, f"{opdef.name}: declares no FLOP count"
+    assert opdef.popart_type, f"{opdef.name}: a FLOP count is reported under popart's op type, which it does not name"
+
+    def lower(*values: jax.Array) -> Sequence[jax.Array]:
+        return opdef.lower(_context([graph], op, example), op.attrs, *values)
+
+    cost = (
+        jax.jit(_mapped(lower, op, example.replicas)).lower(*(jnp.asarray(v) for v in example.inputs)).cost_analysis()
+    )
+    assert cost is not None, "XLA gives no cost analysis here"
+    counted = cost["flops"]
+    # XLA counts every step of the lowering as written (a normalisation's casts and square roots too); an estimate
+    # may count fewer, but not a different order of magnitude.
+    total = declared * example.replicas
+    assert counted / 2 <= total <= 2 * counted, f"{opdef.name}: declares {total} FLOPs, XLA counts {counted}"
+
+
 def _scaled_float16(v: Array, scale: float, power: float) -> Array:
     """A float32 input times `scale ** power` (scalars left alone: hyperparameters, steps, loss scales), in float16."""
     a = np.asarray(v)
@@ -364,3 +387,5 @@ def check_op(opdef: OpDef, factory: ExampleFactory) -> None:
     check_values(opdef, factory)
     if opdef.grad is not None:
         check_gradient(opdef, factory)
+    if opdef.flops is not None:
+        check_flops(opdef, factory)
