@@ -105,6 +105,10 @@ class OpDef:
       estimate counts (None: it counts nothing for the kind).
     - `popart_type`: popart's op type of the kind (`MatMul`, `Add`, `Call`, ...),
       which keys popxl-addons' reports; empty where no report asks for it.
+    - `ipu_settings`: the IPU-only settings (`popxl.ipu_only`) that popart lets
+      transforms set on an existing op of the kind: `available_memory_proportion`
+      (`available_memory_proportions` for convolutions, one per convolution) and
+      matmuls' `fully_connected_pass`.
     - `departure`: where the op kind computes or differentiates differently
       from popxl, or has no popxl op, in words (empty: it does as popxl).
     - `modifies_note`: for kinds whose updated inputs depend on their attrs,
@@ -128,6 +132,7 @@ class OpDef:
     check: Callable[[Op], None] | None = None
     flops: FlopsFn | None = None
     popart_type: str = ""
+    ipu_settings: frozenset[str] = frozenset()
     departure: str = ""
     modifies_note: str = ""
     origin: str = ""

@@ -10,7 +10,9 @@
   autodiff, agree with `jax.vjp` of the same maths written directly (the
   example's `reference`);
 - its FLOP count, where it declares one, names popart's op type and is near
-  XLA's own count of its lowering.
+  XLA's own count of its lowering;
+- the IPU-only settings it declares settable are ones `popxl.ipu_only` records
+  on its ops and reads back.
 
 `float16_errors(opdef, factory)` runs the same example in float16 and in float32 (on the same
 float16-rounded inputs, at several input scales) and says how far apart the results are.
@@ -28,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popxl import dtypes
+from popxl import dtypes, ipu_only
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext
@@ -265,6 +267,27 @@ def check_flops(opdef: OpDef, factory: ExampleFactory) -> None:
     assert counted / 2 <= total <= 2 * counted, f"{opdef.name}: declares {total} FLOPs, XLA counts {counted}"
 
 
+# A valid value of each IPU-only setting that transforms may set on existing ops (`OpDef.ipu_settings`).
+_SETTING_VALUES: dict[str, Any] = {
+    "available_memory_proportion": 0.25,
+    "available_memory_proportions": [0.25],
+    "fully_connected_pass": False,
+}
+
+
+def check_ipu_settings(opdef: OpDef, factory: ExampleFactory) -> None:
+    """Each IPU-only setting the op kind declares settable is recorded on its op and read back."""
+    _, _, op, _ = _build(opdef, factory)
+    for name in sorted(opdef.ipu_settings):
+        assert name in _SETTING_VALUES, f"{opdef.name}: {name!r} is not an IPU-only setting transforms set"
+        ipu_only.record(op, **{name: _SETTING_VALUES[name]})
+    want = {name: _SETTING_VALUES[name] for name in opdef.ipu_settings}
+    got = {name: list(v) if isinstance(v, tuple) else v for name, v in ipu_only.recorded(op).items()}
+    assert got == want, f"{opdef.name}: recorded {got}, set {want}"
+    if opdef.ipu_settings & {"available_memory_proportion", "available_memory_proportions"}:
+        assert ipu_only.available_memory_proportion(op) == 0.25, f"{opdef.name}: its proportion does not read back"
+
+
 def _scaled_float16(v: Array, scale: float, power: float) -> Array:
     """A float32 input times `scale ** power` (scalars left alone: hyperparameters, steps, loss scales), in float16."""
     a = np.asarray(v)
@@ -389,3 +412,5 @@ def check_op(opdef: OpDef, factory: ExampleFactory) -> None:
         check_gradient(opdef, factory)
     if opdef.flops is not None:
         check_flops(opdef, factory)
+    if opdef.ipu_settings:
+        check_ipu_settings(opdef, factory)

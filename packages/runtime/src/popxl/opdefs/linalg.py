@@ -55,5 +55,13 @@ def _flops(in_specs: Sequence[TensorSpec], out_specs: Sequence[TensorSpec], attr
 
 
 MATMUL = register(
-    OpDef("matmul", _infer, _lower, grad=vjp_grad({0: (1,), 1: (0,)}), flops=_flops, popart_type="MatMul")
+    OpDef(
+        "matmul",
+        _infer,
+        _lower,
+        grad=vjp_grad({0: (1,), 1: (0,)}),
+        flops=_flops,
+        popart_type="MatMul",
+        ipu_settings=frozenset({"available_memory_proportion", "fully_connected_pass"}),
+    )
 )
