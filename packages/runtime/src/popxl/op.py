@@ -109,6 +109,9 @@ class OpDef:
       transforms set on an existing op of the kind: `available_memory_proportion`
       (`available_memory_proportions` for convolutions, one per convolution) and
       matmuls' `fully_connected_pass`.
+    - `identity_when(op)`: popart's OpToIdentityPattern: whether the op, of a
+      kind that may become an identity of its first input, does so when
+      popxl-addons' pre-alias patterns run (None: the kind never does).
     - `departure`: where the op kind computes or differentiates differently
       from popxl, or has no popxl op, in words (empty: it does as popxl).
     - `modifies_note`: for kinds whose updated inputs depend on their attrs,
@@ -133,6 +136,7 @@ class OpDef:
     flops: FlopsFn | None = None
     popart_type: str = ""
     ipu_settings: frozenset[str] = frozenset()
+    identity_when: Callable[[Op], bool] | None = None
     departure: str = ""
     modifies_note: str = ""
     origin: str = ""

@@ -12,7 +12,9 @@
 - its FLOP count, where it declares one, names popart's op type and is near
   XLA's own count of its lowering;
 - the IPU-only settings it declares settable are ones `popxl.ipu_only` records
-  on its ops and reads back.
+  on its ops and reads back;
+- an op it declares identity-replaceable can become an identity of its first
+  input, keeping its output.
 
 `float16_errors(opdef, factory)` runs the same example in float16 and in float32 (on the same
 float16-rounded inputs, at several input scales) and says how far apart the results are.
@@ -31,12 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from popxl import dtypes, ipu_only
+from popxl.extension import replace_with_identity
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, Op, OpDef, Resource, add_op, graph_reads, graph_writes
+from popxl.opdefs.elementwise import IDENTITY
 from popxl.remote_buffer import RemoteBuffer
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.transforms.autodiff import AutodiffError, ExpectedConnectionType, autodiff
@@ -288,6 +292,16 @@ def check_ipu_settings(opdef: OpDef, factory: ExampleFactory) -> None:
         assert ipu_only.available_memory_proportion(op) == 0.25, f"{opdef.name}: its proportion does not read back"
 
 
+def check_identity_rewrite(opdef: OpDef, factory: ExampleFactory) -> None:
+    """The op kind's identity predicate answers for its example op, which can become an identity keeping its output."""
+    _, _, op, _ = _build(opdef, factory)
+    assert opdef.identity_when is not None, f"{opdef.name}: declares no identity predicate"
+    assert isinstance(opdef.identity_when(op), bool), f"{opdef.name}: its identity predicate is not a bool"
+    (out,) = op.outputs
+    replace_with_identity(op)
+    assert op.opdef is IDENTITY and op.outputs == (out,), f"{opdef.name}: its op did not become an identity"
+
+
 def _scaled_float16(v: Array, scale: float, power: float) -> Array:
     """A float32 input times `scale ** power` (scalars left alone: hyperparameters, steps, loss scales), in float16."""
     a = np.asarray(v)
@@ -414,3 +428,5 @@ def check_op(opdef: OpDef, factory: ExampleFactory) -> None:
         check_flops(opdef, factory)
     if opdef.ipu_settings:
         check_ipu_settings(opdef, factory)
+    if opdef.identity_when is not None:
+        check_identity_rewrite(opdef, factory)
