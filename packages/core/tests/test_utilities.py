@@ -142,6 +142,7 @@ def test_ops_of_type() -> None:
     main = ir.main_graph.ops
     assert ops_of_type(main, "matmul") == 2 and ops_of_type(main, main[0].opdef) == 2
     assert ops_of_type(main, "add") == 1 and ops_of_type(main, "add_") == 1
+    assert ops_of_type(main, "no_such_kind") == 0
     with pytest.raises(TypeError):
         ops_of_type(main, 3)  # type: ignore[arg-type]
 

@@ -259,7 +259,24 @@ def _average_pool_lower(ctx: Any, attrs: Attrs, x: jax.Array) -> list[jax.Array]
     return [(total / count).astype(x.dtype)]
 
 
-MAX_POOL = register(OpDef("max_pool", _pool_infer, _max_pool_lower, grad=vjp_grad(), normalise=_pool_normalise))
+# popxl names the pools' outputs `maxpool_out` and `averagepool_out` (python/popxl/ops/pool.py).
+MAX_POOL = register(
+    OpDef(
+        "max_pool",
+        _pool_infer,
+        _max_pool_lower,
+        grad=vjp_grad(),
+        normalise=_pool_normalise,
+        output_names=("maxpool_out",),
+    )
+)
 AVERAGE_POOL = register(
-    OpDef("average_pool", _pool_infer, _average_pool_lower, grad=vjp_grad(linear=True), normalise=_pool_normalise)
+    OpDef(
+        "average_pool",
+        _pool_infer,
+        _average_pool_lower,
+        grad=vjp_grad(linear=True),
+        normalise=_pool_normalise,
+        output_names=("averagepool_out",),
+    )
 )
