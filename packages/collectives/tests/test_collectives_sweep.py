@@ -7,7 +7,7 @@ import numpy as np
 
 import popxl
 from popxl.op import REGISTRY
-from popxl.test_util import OpExample, check_gradient, check_shape_rule, check_values
+from popxl.test_util import OpExample, check_op
 from popxl_addons.collectives.all_reduce_tp import ALL_REDUCE_TP
 
 
@@ -26,8 +26,6 @@ def test_every_op_kind_of_this_package_has_an_example() -> None:
     assert ours == set(EXAMPLES)
 
 
-def test_declarations_values_and_gradient() -> None:
+def test_declarations_values_gradient_and_identity_rewrite() -> None:
     for name, factory in EXAMPLES.items():
-        check_shape_rule(REGISTRY[name], factory)
-        check_values(REGISTRY[name], factory)
-        check_gradient(REGISTRY[name], factory)
+        check_op(REGISTRY[name], factory)

@@ -252,19 +252,23 @@ def test_patterns_level_names_the_levels() -> None:
         apply_pre_alias_patterns(popxl.Ir(), "most")
 
 
-def test_op_to_identity_replaces_the_registered_kinds_ops() -> None:
-    """An op kind registered as identity-replaceable becomes an identity where its predicate holds, only there."""
+def test_op_to_identity_replaces_the_declaring_kinds_ops() -> None:
+    """An op kind declared identity-replaceable becomes an identity where its predicate holds, only there."""
     from popxl.extension import OpDef, create_op, register
-    from popxl_addons.core.patterns import register_identity_replaceable
 
     def refuse(op: Any) -> None:
         if op.attrs["same"]:
             raise RuntimeError("needs the op-to-identity rewrite")
 
     double = register(
-        OpDef("test_double_unless_same", lambda specs, attrs: [specs[0]], lambda ctx, attrs, x: [2 * x], check=refuse)
+        OpDef(
+            "test_double_unless_same",
+            lambda specs, attrs: [specs[0]],
+            lambda ctx, attrs, x: [2 * x],
+            check=refuse,
+            identity_when=lambda op: bool(op.attrs["same"]),
+        )
     )
-    register_identity_replaceable(double, lambda op: bool(op.attrs["same"]))
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(np.array([1.0, 2.0], np.float32))

@@ -10,7 +10,7 @@ import pytest
 
 import popxl
 import popxl_addons as addons
-from popxl import ops
+from popxl import ipu_only, ops
 from popxl_addons import core, performance_utils, testing_utils, utils
 from popxl_addons.core import (
     Module,
@@ -142,6 +142,7 @@ def test_ops_of_type() -> None:
     main = ir.main_graph.ops
     assert ops_of_type(main, "matmul") == 2 and ops_of_type(main, main[0].opdef) == 2
     assert ops_of_type(main, "add") == 1 and ops_of_type(main, "add_") == 1
+    assert ops_of_type(main, "no_such_kind") == 0
     with pytest.raises(TypeError):
         ops_of_type(main, 3)  # type: ignore[arg-type]
 
@@ -240,6 +241,23 @@ def test_available_memory_proportion_by_ipu_is_recorded() -> None:
     assert available_memory_proportion(matmul_0) == 0.3 and available_memory_proportion(matmul_2) == 0.5
     with popxl.Session(ir, "cpu") as session:
         np.testing.assert_array_equal(session.get_tensor_data(a), np.ones((2, 2)))
+
+
+def test_available_memory_proportion_is_one_setting_with_one_reader() -> None:
+    """The proportion an op function is given and the one the transforms set are one setting of the op."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones((2, 2), np.float32))
+        given = ops.matmul(a, a, available_memory_proportion=0.4)
+        x = popxl.variable(np.ones((1, 2, 4, 4), np.float32))
+        y = ops.conv(x, popxl.variable(np.ones((3, 2, 1, 1), np.float32)))
+    assert available_memory_proportion is ipu_only.available_memory_proportion
+    assert available_memory_proportion(given.producer) == 0.4  # type: ignore[arg-type]
+    set_available_memory_proportion_by_ipu(ir, [0.3])
+    assert ipu_only.recorded(given.producer) == {"available_memory_proportion": 0.3}  # type: ignore[arg-type]
+    # A convolution takes one proportion per convolution, as popart's conv options hold them.
+    assert ipu_only.recorded(y.producer) == {"available_memory_proportions": (0.3,)}  # type: ignore[arg-type]
+    assert available_memory_proportion(y.producer) == 0.3  # type: ignore[arg-type]
 
 
 def test_print_schedule() -> None:

@@ -19,7 +19,15 @@ import popxl
 from popxl import ops
 from popxl.op import REGISTRY
 from popxl.op_table import runtime_op_kinds
-from popxl.test_util import OpExample, check_gradient, check_shape_rule, check_values, float16_errors
+from popxl.test_util import (
+    OpExample,
+    check_flops,
+    check_gradient,
+    check_ipu_settings,
+    check_shape_rule,
+    check_values,
+    float16_errors,
+)
 
 Array = np.ndarray[Any, Any]
 Factory = Callable[[popxl.Ir], OpExample]
@@ -821,6 +829,16 @@ def test_values(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].grad is not None))
 def test_gradient(name: str) -> None:
     check_gradient(REGISTRY[name], EXAMPLES[name])
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].flops is not None))
+def test_flops(name: str) -> None:
+    check_flops(REGISTRY[name], EXAMPLES[name])
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].ipu_settings))
+def test_ipu_settings(name: str) -> None:
+    check_ipu_settings(REGISTRY[name], EXAMPLES[name])
 
 
 # The float16 pass: each example's float32 inputs, scaled to std 0.02 and to std 1 and rounded to float16, run

@@ -1,18 +1,21 @@
-"""Arguments of popxl's API that steer only how an IPU plans or lays out an op.
+"""Arguments of popxl's API, and settings of popart's transforms, that steer only how an IPU plans or lays out an op.
 
 popxl takes some arguments that tell poplar how much tile memory an op may use
 for temporaries (`available_memory_proportion(s)`), which type to accumulate
 partial sums in on the tiles (`partials_type(s)`, where the result's type does
 not change), whether to dither a convolution's tile mapping, which tensor to
-copy a tile layout from (`sparse_accumulate_`'s `W`), and the like. XLA plans
-memory, layouts and accumulation itself, so none of them changes what a
-program computes here.
+copy a tile layout from (`sparse_accumulate_`'s `W`), and the like; popart's
+transforms change some of them on existing ops (the available memory
+proportion, a matmul's `fully_connected_pass`), on the kinds whose
+`OpDef.ipu_settings` name them. XLA plans memory, layouts and accumulation
+itself, so none of them changes what a program computes here.
 
-Every op function of `popxl.ops` hands such arguments to `record`, which checks
-each value as popart checks it (an invalid one raises a `ValueError` naming it,
-as popart would) and keeps the given ones with the op, where `recorded(op)`
-reads them back for transforms and tools. They have no other effect off an
-IPU. Arguments the runtime does honour never come here.
+Every op function of `popxl.ops`, and every transform, hands such values to
+`record`, which checks each value as popart checks it (an invalid one raises a
+`ValueError` naming it, as popart would) and keeps the given ones with the op,
+the one place they are kept: `recorded(op)` reads them back for transforms and
+tools, `available_memory_proportion(op)` the proportion. They have no other
+effect off an IPU. Arguments the runtime does honour never come here.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from popxl import dtypes
 from popxl.op import Op
 from popxl.tensor import Tensor
 
-__all__ = ["record", "recorded"]
+__all__ = ["available_memory_proportion", "record", "recorded"]
 
 _RECORDED: weakref.WeakKeyDictionary[Op, dict[str, Any]] = weakref.WeakKeyDictionary()
 
@@ -81,6 +84,7 @@ _CHECKS: dict[str, Any] = {
     "infer_modified_regions": _flag,
     "tile_layout_reference": _reference,
     "source_ipu": _ipu,
+    "fully_connected_pass": _flag,
 }
 
 
@@ -104,3 +108,12 @@ def recorded(op: Op) -> Mapping[str, Any]:
     """The IPU-only arguments given when `op` was created (normalised: proportions as floats, partials
     types as 'float' or 'half', flags as bools), and none that were left at None."""
     return MappingProxyType(dict(_RECORDED.get(op, {})))
+
+
+def available_memory_proportion(op: Op) -> float | None:
+    """The available memory proportion recorded on `op` (a convolution's: its first convolution's), or None."""
+    knobs = _RECORDED.get(op, {})
+    if "available_memory_proportion" in knobs:
+        return float(knobs["available_memory_proportion"])
+    per_convolution = knobs.get("available_memory_proportions")
+    return float(per_convolution[0]) if per_convolution else None

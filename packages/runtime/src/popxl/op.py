@@ -44,6 +44,7 @@ LowerFn = Callable[..., Sequence[Any]]
 GradFn = Callable[["GradBuilder", "Op", Sequence["Tensor | None"]], Sequence["Tensor | None"]]
 EffectFn = Callable[[Attrs], frozenset[Resource]]
 ViewUpdateFn = Callable[[Attrs, Sequence[Any], Any], Sequence[Any]]
+FlopsFn = Callable[[Sequence[TensorSpec], Sequence[TensorSpec], Attrs], int]
 
 
 class Subgraph(NamedTuple):
@@ -99,6 +100,18 @@ class OpDef:
       through both; it returns the inputs' values with the viewed elements
       replaced by `view`.
     - `check(op)` may refuse an op when a session is created.
+    - `flops(in_specs, out_specs, attrs)`: the floating-point operations one
+      execution performs, from shapes alone, for the kinds popxl-addons' FLOP
+      estimate counts (None: it counts nothing for the kind).
+    - `popart_type`: popart's op type of the kind (`MatMul`, `Add`, `Call`, ...),
+      which keys popxl-addons' reports; empty where no report asks for it.
+    - `ipu_settings`: the IPU-only settings (`popxl.ipu_only`) that popart lets
+      transforms set on an existing op of the kind: `available_memory_proportion`
+      (`available_memory_proportions` for convolutions, one per convolution) and
+      matmuls' `fully_connected_pass`.
+    - `identity_when(op)`: popart's OpToIdentityPattern: whether the op, of a
+      kind that may become an identity of its first input, does so when
+      popxl-addons' pre-alias patterns run (None: the kind never does).
     - `departure`: where the op kind computes or differentiates differently
       from popxl, or has no popxl op, in words (empty: it does as popxl).
     - `modifies_note`: for kinds whose updated inputs depend on their attrs,
@@ -120,6 +133,10 @@ class OpDef:
     modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
     view_update: ViewUpdateFn | None = None
     check: Callable[[Op], None] | None = None
+    flops: FlopsFn | None = None
+    popart_type: str = ""
+    ipu_settings: frozenset[str] = frozenset()
+    identity_when: Callable[[Op], bool] | None = None
     departure: str = ""
     modifies_note: str = ""
     origin: str = ""
@@ -204,6 +221,13 @@ class Op:
     def modifies(self) -> Mapping[int, int | None]:
         """Modified input index -> the output aliasing its new value (or None)."""
         return self.opdef.modifies(self.attrs)
+
+    @property
+    def flops(self) -> int | None:
+        """The floating-point operations of one execution, where the op kind counts them (`OpDef.flops`)."""
+        if self.opdef.flops is None:
+            return None
+        return self.opdef.flops([t.spec for t in self.inputs], [t.spec for t in self.outputs], self.attrs)
 
     def __repr__(self) -> str:
         ins = ", ".join(t.id for t in self.inputs)

@@ -8,7 +8,13 @@
   returns one value per output and per modified input no output carries;
 - its outputs, and the gradients its gradient rule builds through popxl's
   autodiff, agree with `jax.vjp` of the same maths written directly (the
-  example's `reference`).
+  example's `reference`);
+- its FLOP count, where it declares one, names popart's op type and is near
+  XLA's own count of its lowering;
+- the IPU-only settings it declares settable are ones `popxl.ipu_only` records
+  on its ops and reads back;
+- an op it declares identity-replaceable can become an identity of its first
+  input, keeping its output.
 
 `float16_errors(opdef, factory)` runs the same example in float16 and in float32 (on the same
 float16-rounded inputs, at several input scales) and says how far apart the results are.
@@ -26,7 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popxl import dtypes
+from popxl import dtypes, ipu_only
+from popxl.extension import replace_with_identity
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext
@@ -242,6 +249,58 @@ def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None
     _assert_close(got, want, example, [f"{opdef.name}: gradient of input {floats[k]}" for k in range(len(want))])
 
 
+def check_flops(opdef: OpDef, factory: ExampleFactory) -> None:
+    """The declared FLOP count names popart's op type and is within a factor of 2 of XLA's count of the lowering."""
+    _, graph, op, example = _build(opdef, factory)
+    declared = op.flops
+    assert declared is not None, f"{opdef.name}: declares no FLOP count"
+    assert opdef.popart_type, f"{opdef.name}: a FLOP count is reported under popart's op type, which it does not name"
+
+    def lower(*values: jax.Array) -> Sequence[jax.Array]:
+        return opdef.lower(_context([graph], op, example), op.attrs, *values)
+
+    cost = (
+        jax.jit(_mapped(lower, op, example.replicas)).lower(*(jnp.asarray(v) for v in example.inputs)).cost_analysis()
+    )
+    assert cost is not None, "XLA gives no cost analysis here"
+    counted = cost["flops"]
+    # XLA counts every step of the lowering as written (a normalisation's casts and square roots too); an estimate
+    # may count fewer, but not a different order of magnitude.
+    total = declared * example.replicas
+    assert counted / 2 <= total <= 2 * counted, f"{opdef.name}: declares {total} FLOPs, XLA counts {counted}"
+
+
+# A valid value of each IPU-only setting that transforms may set on existing ops (`OpDef.ipu_settings`).
+_SETTING_VALUES: dict[str, Any] = {
+    "available_memory_proportion": 0.25,
+    "available_memory_proportions": [0.25],
+    "fully_connected_pass": False,
+}
+
+
+def check_ipu_settings(opdef: OpDef, factory: ExampleFactory) -> None:
+    """Each IPU-only setting the op kind declares settable is recorded on its op and read back."""
+    _, _, op, _ = _build(opdef, factory)
+    for name in sorted(opdef.ipu_settings):
+        assert name in _SETTING_VALUES, f"{opdef.name}: {name!r} is not an IPU-only setting transforms set"
+        ipu_only.record(op, **{name: _SETTING_VALUES[name]})
+    want = {name: _SETTING_VALUES[name] for name in opdef.ipu_settings}
+    got = {name: list(v) if isinstance(v, tuple) else v for name, v in ipu_only.recorded(op).items()}
+    assert got == want, f"{opdef.name}: recorded {got}, set {want}"
+    if opdef.ipu_settings & {"available_memory_proportion", "available_memory_proportions"}:
+        assert ipu_only.available_memory_proportion(op) == 0.25, f"{opdef.name}: its proportion does not read back"
+
+
+def check_identity_rewrite(opdef: OpDef, factory: ExampleFactory) -> None:
+    """The op kind's identity predicate answers for its example op, which can become an identity keeping its output."""
+    _, _, op, _ = _build(opdef, factory)
+    assert opdef.identity_when is not None, f"{opdef.name}: declares no identity predicate"
+    assert isinstance(opdef.identity_when(op), bool), f"{opdef.name}: its identity predicate is not a bool"
+    (out,) = op.outputs
+    replace_with_identity(op)  # refuses a rewrite that would change the output's spec
+    assert op.outputs == (out,), f"{opdef.name}: its op's output did not stay"
+
+
 def _scaled_float16(v: Array, scale: float, power: float) -> Array:
     """A float32 input times `scale ** power` (scalars left alone: hyperparameters, steps, loss scales), in float16."""
     a = np.asarray(v)
@@ -364,3 +423,9 @@ def check_op(opdef: OpDef, factory: ExampleFactory) -> None:
     check_values(opdef, factory)
     if opdef.grad is not None:
         check_gradient(opdef, factory)
+    if opdef.flops is not None:
+        check_flops(opdef, factory)
+    if opdef.ipu_settings:
+        check_ipu_settings(opdef, factory)
+    if opdef.identity_when is not None:
+        check_identity_rewrite(opdef, factory)

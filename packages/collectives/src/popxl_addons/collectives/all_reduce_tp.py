@@ -26,7 +26,6 @@ from popxl.extension import (
     group_of,
     register,
 )
-from popxl_addons.core.patterns import register_identity_replaceable
 
 SUPPORTED_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -71,10 +70,10 @@ ALL_REDUCE_TP = register(
         grad=_grad,
         groupings=group_of,
         check=_check,
+        # An all-reduce of inputs known to be identical on every replica is an identity.
+        identity_when=lambda op: bool(op.attrs["identical_inputs"]),
     )
 )
-# An all-reduce of inputs known to be identical on every replica is an identity (popart's OpToIdentityPattern).
-register_identity_replaceable(ALL_REDUCE_TP, lambda op: bool(op.attrs["identical_inputs"]))
 
 
 def create_all_reduce(

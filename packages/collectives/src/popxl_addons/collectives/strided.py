@@ -51,9 +51,8 @@ def replicated_all_gather_strided(t: popxl.Tensor, group: popxl.ReplicaGrouping 
     attrs = {"group": g, "shape": (n,)}
     out = create_op(REGISTRY["replicated_all_gather"], [t], attrs, names=["replicated_all_gather_strided_out"])[0]
     if t.meta_shape:
-        # popxl-addons reshapes in place: `out.reshape_(t.meta_shape)`, named `<out>_reshaped` by popxl.
-        attrs = {"shape": tuple(t.meta_shape)}
-        out = create_op(REGISTRY["reshape_"], [out], attrs, names=[f"{out.name}_reshaped"])[0]
+        # popxl-addons reshapes in place: `out.reshape_(t.meta_shape)`.
+        out = ops.reshape_(out, t.meta_shape)
     return out
 
 

@@ -1,18 +1,21 @@
 """The IPU's available memory proportion of matmuls, convolutions, gathers and scatters, set per IPU.
 
 On an IPU it bounds the tile memory such an op may use for temporaries. XLA plans its own memory, so here
-the proportion is only recorded: `available_memory_proportion(op)` reads it back, and it changes nothing
-that runs. An op is given the proportion of the IPU it was placed on (`popxl.ipu`), or of IPU 0 when the
-list has no entry for that IPU; a later setting replaces an earlier one.
+the proportion is only recorded with the op's other IPU-only settings (`popxl.ipu_only`), where the op's
+own `available_memory_proportion(s)` argument is kept too: `available_memory_proportion(op)` reads it back,
+and it changes nothing that runs. The ops set are those whose kinds declare the setting
+(`OpDef.ipu_settings`). An op is given the proportion of the IPU it was placed on (`popxl.ipu`), or of IPU 0
+when the list has no entry for that IPU; a later setting replaces an earlier one.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 
 import popxl
+from popxl import ipu_only
 from popxl.extension import Op
+from popxl.ipu_only import available_memory_proportion
 
 __all__ = [
     "available_memory_proportion",
@@ -20,33 +23,17 @@ __all__ = [
     "set_graph_available_memory_proportion_by_ipu",
 ]
 
-# The op kinds popart lets the proportion be set on (popart's MatMul, Gather, ScatterReduce and conv ops).
-MEMORY_PROPORTION_KINDS = frozenset(
-    {
-        "matmul",
-        "matmul_pow2scaled",
-        "gather",
-        "groupedgather",
-        "scatter",
-        "scatter_reduce",
-        "conv",
-        "conv_transpose",
-        "conv_pow2scaled",
-        "conv_transpose_pow2scaled",
-    }
-)
-
-_PROPORTIONS: weakref.WeakKeyDictionary[Op, float] = weakref.WeakKeyDictionary()
-
-
-def available_memory_proportion(op: Op) -> float | None:
-    """The proportion last set on `op` by these transforms, or None."""
-    return _PROPORTIONS.get(op)
-
 
 def _set_on_op(op: Op, by_ipu: dict[int, float]) -> None:
-    if op.name in MEMORY_PROPORTION_KINDS:
-        _PROPORTIONS[op] = float(by_ipu.get(op.placement.ipu, by_ipu[0]))
+    settings = op.opdef.ipu_settings
+    if not settings & {"available_memory_proportion", "available_memory_proportions"}:
+        return
+    proportion = float(by_ipu.get(op.placement.ipu, by_ipu[0]))
+    if "available_memory_proportion" in settings:
+        ipu_only.record(op, available_memory_proportion=proportion)
+    else:
+        # A convolution op holds one convolution here: one proportion, as popxl-addons sets it.
+        ipu_only.record(op, available_memory_proportions=[proportion])
 
 
 def set_available_memory_proportion_by_ipu(ir: popxl.Ir, proportions: Iterable[float]) -> None:

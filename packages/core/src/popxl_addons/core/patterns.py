@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from enum import Enum
 
 import popxl
-from popxl.extension import Op, OpDef, replace_with_identity
+from popxl.extension import replace_with_identity
 
 
 class PatternsLevel(Enum):
@@ -27,21 +27,13 @@ patterns_level: dict[str, PatternsLevel] = {
 }
 
 
-# popart's OpToIdentityPattern: op kind -> whether one of its ops may become an identity of its first input.
-_IDENTITY_REPLACEABLE: dict[OpDef, Callable[[Op], bool]] = {}
-
-
-def register_identity_replaceable(opdef: OpDef, replaceable: Callable[[Op], bool]) -> None:
-    """Let the op-to-identity rewrite replace the ops of kind `opdef` for which `replaceable(op)` holds."""
-    _IDENTITY_REPLACEABLE[opdef] = replaceable
-
-
 def apply_op_to_identity(graphs: Iterable[popxl.Graph]) -> int:
-    """Replace every identity-replaceable op of `graphs` by an identity; returns how many."""
+    """Replace every op of `graphs` that its kind makes an identity (`OpDef.identity_when`) by one; returns how
+    many."""
     count = 0
     for g in graphs:
         for op in g.ops:
-            replaceable = _IDENTITY_REPLACEABLE.get(op.opdef)
+            replaceable = op.opdef.identity_when
             if replaceable is not None and replaceable(op):
                 replace_with_identity(op)
                 count += 1

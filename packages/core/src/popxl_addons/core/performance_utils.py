@@ -3,67 +3,28 @@
 Counted, as in popxl-addons: matrix products, group (and so layer) normalisations, and the out-of-place
 elementwise add, subtract, multiply and divide; an op that runs a subgraph (a call, a repeat) counts that
 graph's FLOPs as many times as it runs it. Other ops (in-place variants, gradients' `vjp` ops, conditionals'
-branches) count nothing. The counts come from shapes alone (`FLOPS_FNS`, by op kind name), so
+branches) count nothing. Each count is its op kind's own declaration (`OpDef.flops`), from shapes alone, so
 nothing is compiled or run.
 
-Breakdowns are keyed by popart's op types (`MatMul`, `Add`, `Sub`, `Mul`, `Div`, `GroupNormalization`) as in
-popxl-addons; within a type, by the op's id (`Op.id`, numbered from 100 over the Ir as popart numbers its
-ops). An op running a subgraph adds `<Call|Loop>_<id>(<graph name>)` under each type, holding that graph's
-breakdown for the type.
+Breakdowns are keyed by popart's op types (`MatMul`, `Add`, `Sub`, `Mul`, `Div`, `GroupNormalization`: each op
+kind's `popart_type`) as in popxl-addons; within a type, by the op's id (`Op.id`, numbered from 100 over the Ir as
+popart numbers its ops). An op running a subgraph adds `<Call|Loop>_<id>(<graph name>)` under each type, holding
+that graph's breakdown for the type.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import popxl
-from popxl.extension import Op
 from popxl.utils import table_to_string
 
 __all__ = ["total_FLOPs", "evaluate_ir_FLOPs", "evaluate_FLOPs", "print_FLOPs", "format_flops_scientific"]
 
 Breakdown = dict[str, Any]
-
-
-def matmul_flops(op: Op) -> int:
-    """2·k per output element, k the contracted size (the last axis of the left operand)."""
-    return 2 * op.inputs[0].shape[-1] * math.prod(op.outputs[0].shape)
-
-
-def elementwise_binary_flops(op: Op) -> int:
-    """One per output element."""
-    return math.prod(op.outputs[0].shape)
-
-
-def group_norm_flops(op: Op) -> int:
-    """popxl-addons' estimate: the means, the variances, normalising, then scaling and shifting."""
-    x = op.inputs[0].shape
-    out = math.prod(op.outputs[0].shape)
-    n_stats = op.outputs[1].shape[0]  # one mean per sample and group
-    groups = n_stats // x[0]
-    averaged = (x[-1] * x[-2]) // groups
-    means = averaged
-    variances = 2 * averaged + 2 * n_stats
-    normalise = 2 * out
-    scale_and_bias = 2 * out
-    return means + variances + normalise + scale_and_bias
-
-
-# Op kind name -> (popart's op type, FLOPs of one execution).
-FLOPS_FNS: dict[str, tuple[str, Callable[[Op], int]]] = {
-    "add": ("Add", elementwise_binary_flops),
-    "sub": ("Sub", elementwise_binary_flops),
-    "div": ("Div", elementwise_binary_flops),
-    "mul": ("Mul", elementwise_binary_flops),
-    "matmul": ("MatMul", matmul_flops),
-    "group_norm": ("GroupNormalization", group_norm_flops),
-}
-
-# popart's op type for the ops that run one subgraph.
-_SUBGRAPH_OP_TYPES = {"call": "Call", "repeat": "Loop"}
 
 
 def _scaled(v: Any, factor: int) -> Any:
@@ -85,17 +46,15 @@ def _graph_flops(graph: popxl.Graph, seen: dict[int, Breakdown]) -> Breakdown:
     breakdown: Breakdown = {}
     for op in graph.ops:
         subgraphs = op.subgraphs
+        op_type = op.opdef.popart_type or op.name
         if len(subgraphs) == 1:
             sub = subgraphs[0]
             called = _scaled(_graph_flops(sub.graph, seen), sub.trips)
             total += called["TOT"]
-            op_type = _SUBGRAPH_OP_TYPES.get(op.name, op.name)
             key = f"{op_type}_{op.id}({re.sub(r'_subgraph[(][0-9]+[)]', '', sub.graph.id)})"
             for k, v in called.items():
                 breakdown.setdefault(k, {})[key] = v
-        elif not subgraphs and op.name in FLOPS_FNS:
-            op_type, fn = FLOPS_FNS[op.name]
-            flops = fn(op)
+        elif not subgraphs and (flops := op.flops) is not None:
             total += flops
             breakdown.setdefault(op_type, {})[op.id] = flops
     breakdown["TOT"] = total

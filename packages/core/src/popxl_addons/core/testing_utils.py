@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 import popxl
-from popxl.extension import Op, OpDef
+from popxl.extension import REGISTRY, Op, OpDef
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.streams import host_store
@@ -18,15 +18,18 @@ __all__ = ["ops_of_type", "TensorInput", "run_module"]
 
 
 def ops_of_type(ops: Iterable[Op], op_type: str | OpDef) -> int:
-    """How many of `ops` are of kind `op_type`: an `OpDef`, or its name ("matmul", "add_", ...).
+    """How many of `ops` are of kind `op_type`: an `OpDef`, or the name it is registered under ("matmul", "add_",
+    ...; none are of a name no kind is registered under).
 
     popxl-addons passes a popart op class (`_ir.op.MatMulOp`); here an op's kind is its `OpDef`.
     """
-    if isinstance(op_type, OpDef):
-        return sum(1 for op in ops if op.opdef is op_type)
     if isinstance(op_type, str):
-        return sum(1 for op in ops if op.name == op_type)
-    raise TypeError(f"ops_of_type takes an OpDef or an op kind's name, not {op_type!r}")
+        kind = REGISTRY.get(op_type)
+    elif isinstance(op_type, OpDef):
+        kind = op_type
+    else:
+        raise TypeError(f"ops_of_type takes an OpDef or an op kind's name, not {op_type!r}")
+    return sum(1 for op in ops if op.opdef is kind)
 
 
 class TensorInput:

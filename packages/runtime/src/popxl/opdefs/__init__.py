@@ -5,8 +5,8 @@ and in `popxl.lowering` only: these modules hold the op kinds' lowerings.
 """
 
 from popxl.opdefs import (  # noqa: F401
+    call,
     collectives,
-    control,
     conv,
     debug,
     elementwise,
@@ -15,7 +15,6 @@ from popxl.opdefs import (  # noqa: F401
     io,
     linalg,
     losses,
-    optimizers,
     random,
     reduce,
     resample,

@@ -106,7 +106,12 @@ def _conv_lower(ctx: Any, attrs: Attrs, x: jax.Array, w: jax.Array) -> list[jax.
     return [out.astype(x.dtype)]
 
 
-CONV = register(OpDef("conv", _conv_infer, _conv_lower, grad=vjp_grad(), normalise=_conv_normalise))
+# popart's convolutions take one available memory proportion per convolution, which transforms may set.
+_SETTINGS = frozenset({"available_memory_proportions"})
+
+CONV = register(
+    OpDef("conv", _conv_infer, _conv_lower, grad=vjp_grad(), normalise=_conv_normalise, ipu_settings=_SETTINGS)
+)
 
 
 def _conv_transpose_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
@@ -189,6 +194,7 @@ CONV_TRANSPOSE = register(
         _conv_transpose_lower,
         grad=vjp_grad(),
         normalise=_conv_transpose_normalise,
+        ipu_settings=_SETTINGS,
     )
 )
 
@@ -253,7 +259,24 @@ def _average_pool_lower(ctx: Any, attrs: Attrs, x: jax.Array) -> list[jax.Array]
     return [(total / count).astype(x.dtype)]
 
 
-MAX_POOL = register(OpDef("max_pool", _pool_infer, _max_pool_lower, grad=vjp_grad(), normalise=_pool_normalise))
+# popxl names the pools' outputs `maxpool_out` and `averagepool_out` (python/popxl/ops/pool.py).
+MAX_POOL = register(
+    OpDef(
+        "max_pool",
+        _pool_infer,
+        _max_pool_lower,
+        grad=vjp_grad(),
+        normalise=_pool_normalise,
+        output_names=("maxpool_out",),
+    )
+)
 AVERAGE_POOL = register(
-    OpDef("average_pool", _pool_infer, _average_pool_lower, grad=vjp_grad(linear=True), normalise=_pool_normalise)
+    OpDef(
+        "average_pool",
+        _pool_infer,
+        _average_pool_lower,
+        grad=vjp_grad(linear=True),
+        normalise=_pool_normalise,
+        output_names=("averagepool_out",),
+    )
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -9,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import Attrs, OpDef, register
+from popxl.op import Attrs, FlopsFn, OpDef, register
 from popxl.opdefs.common import broadcast, like_input, modifies_first, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
 
@@ -130,6 +131,8 @@ def _binary(
     out_dtype: dtypes.dtype | None = None,
     differentiable: bool = True,
     departure: str = "",
+    popart_type: str = "",
+    flops: FlopsFn | None = None,
 ) -> OpDef:
     return register(
         OpDef(
@@ -138,8 +141,14 @@ def _binary(
             lambda ctx, attrs, a, b: [fn(a, b)],
             grad=vjp_grad(grad_needs, linear) if differentiable else None,
             departure=departure,
+            popart_type=popart_type,
+            flops=flops,
         )
     )
+
+
+def _per_output_element(in_specs: Sequence[TensorSpec], out_specs: Sequence[TensorSpec], attrs: Attrs) -> int:
+    return math.prod(out_specs[0].shape)
 
 
 def _div(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -154,10 +163,11 @@ def _fmod(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.fmod(a, b)
 
 
-ADD = _binary("add", jnp.add, linear=True)
-SUB = _binary("sub", jnp.subtract, linear=True)
-MUL = _binary("mul", jnp.multiply, grad_needs={0: (1,), 1: (0,)})
-DIV = _binary("div", _div)
+# popxl-addons' FLOP estimate counts the four arithmetic kinds, one operation per output element.
+ADD = _binary("add", jnp.add, linear=True, popart_type="Add", flops=_per_output_element)
+SUB = _binary("sub", jnp.subtract, linear=True, popart_type="Sub", flops=_per_output_element)
+MUL = _binary("mul", jnp.multiply, grad_needs={0: (1,), 1: (0,)}, popart_type="Mul", flops=_per_output_element)
+DIV = _binary("div", _div, popart_type="Div", flops=_per_output_element)
 FMOD = _binary("fmod", _fmod, differentiable=False)
 
 

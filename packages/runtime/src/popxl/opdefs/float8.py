@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from popxl import dtypes
 from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
-from popxl.opdefs import conv
+from popxl.opdefs import conv, linalg
 from popxl.opdefs.linalg import matmul_shape
 from popxl.tensor import TensorSpec
 
@@ -96,7 +96,16 @@ def _lower_matmul(ctx: Any, attrs: Attrs, a: jax.Array, b: jax.Array, log2_scale
     return [(product * _scale(ctx, log2_scale, "matmul_pow2scaled")).astype(jnp.float16)]
 
 
-MATMUL_POW2SCALED = register(OpDef("matmul_pow2scaled", _matmul_infer, _lower_matmul, writes=_checked))
+# popart's MatMul and convolution ops, on float8 operands: the same settings.
+MATMUL_POW2SCALED = register(
+    OpDef(
+        "matmul_pow2scaled",
+        _matmul_infer,
+        _lower_matmul,
+        writes=_checked,
+        ipu_settings=linalg.MATMUL.ipu_settings,
+    )
+)
 
 
 def _scaled(base: OpDef, name: str) -> OpDef:
@@ -116,7 +125,7 @@ def _scaled(base: OpDef, name: str) -> OpDef:
         (out,) = base.lower(ctx, attrs, x.astype(jnp.float32), w.astype(jnp.float32))
         return [(out * _scale(ctx, log2_scale, name)).astype(jnp.float16)]
 
-    return register(OpDef(name, infer, lower, normalise=normalise, writes=_checked))
+    return register(OpDef(name, infer, lower, normalise=normalise, writes=_checked, ipu_settings=base.ipu_settings))
 
 
 CONV_POW2SCALED = _scaled(conv.CONV, "conv_pow2scaled")

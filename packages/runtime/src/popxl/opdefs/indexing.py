@@ -46,7 +46,19 @@ def _lower_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax
     return [out]
 
 
-GATHER = register(OpDef("gather", _gather_infer, _lower_gather, grad=vjp_grad({0: (1,)}), normalise=_gather_normalise))
+# popart lets transforms set the available memory proportion of its gathers and scatters.
+_SETTINGS = frozenset({"available_memory_proportion"})
+
+GATHER = register(
+    OpDef(
+        "gather",
+        _gather_infer,
+        _lower_gather,
+        grad=vjp_grad({0: (1,)}),
+        normalise=_gather_normalise,
+        ipu_settings=_SETTINGS,
+    )
+)
 
 
 def _slice_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
@@ -240,6 +252,7 @@ SCATTER = register(
         _lower_scatter,
         grad=vjp_grad({0: (1,), 2: (1,)}),
         normalise=_scatter_normalise,
+        ipu_settings=_SETTINGS,
     )
 )
 
@@ -279,6 +292,7 @@ GROUPED_GATHER = register(
         _lower_grouped_gather,
         grad=vjp_grad({0: (1,)}),
         normalise=_grouped_gather_normalise,
+        ipu_settings=_SETTINGS,
     )
 )
 
@@ -361,5 +375,6 @@ SCATTER_REDUCE = register(
         _lower_scatter_reduce,
         grad=vjp_grad(),
         normalise=_scatter_reduce_normalise,
+        ipu_settings=_SETTINGS,
     )
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,4 +49,19 @@ def _lower(ctx: LoweringContext, attrs: Attrs, a: jax.Array, b: jax.Array) -> li
     return [jnp.matmul(a, b, preferred_element_type=a.dtype).astype(out)]
 
 
-MATMUL = register(OpDef("matmul", _infer, _lower, grad=vjp_grad({0: (1,), 1: (0,)})))
+def _flops(in_specs: Sequence[TensorSpec], out_specs: Sequence[TensorSpec], attrs: Attrs) -> int:
+    # A multiplication and an addition per contracted element (the left operand's last axis) of each output.
+    return 2 * in_specs[0].shape[-1] * math.prod(out_specs[0].shape)
+
+
+MATMUL = register(
+    OpDef(
+        "matmul",
+        _infer,
+        _lower,
+        grad=vjp_grad({0: (1,), 1: (0,)}),
+        flops=_flops,
+        popart_type="MatMul",
+        ipu_settings=frozenset({"available_memory_proportion", "fully_connected_pass"}),
+    )
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,15 @@ REDUCE_LOG_SUM = _reduction(
 )
 REDUCE_MEDIAN = _reduction("reduce_median", _median, linear=False, wide=False)
 
+# LAMB's squared norms: the sum of squares of every element, in float32.
+LAMB_SQUARE = register(
+    OpDef(
+        "lamb_square",
+        lambda specs, attrs: [TensorSpec((), dtypes.float32)],
+        lambda ctx, attrs, x: [jnp.sum(jnp.square(x.astype(jnp.float32)))],
+    )
+)
+
 
 def _cumsum_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     return {**attrs, "dim": axis_in("cumsum", attrs["dim"], len(specs[0].shape))}
@@ -174,12 +184,27 @@ def _group_norm_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]
     return [g if want else None for g, want in zip(grads, wanted)]
 
 
+def _group_norm_flops(in_specs: Sequence[TensorSpec], out_specs: Sequence[TensorSpec], attrs: Attrs) -> int:
+    # popxl-addons' estimate: the means, the variances, normalising, then scaling and shifting.
+    x = in_specs[0].shape
+    out = math.prod(out_specs[0].shape)
+    n_stats = out_specs[1].shape[0]  # one mean per sample and group
+    averaged = (x[-1] * x[-2]) // attrs["num_groups"]
+    means = averaged
+    variances = 2 * averaged + 2 * n_stats
+    normalise = 2 * out
+    scale_and_bias = 2 * out
+    return means + variances + normalise + scale_and_bias
+
+
 GROUP_NORM = register(
     OpDef(
         "group_norm",
         _group_norm_infer,
         _lower_group_norm,
         grad=_group_norm_grad,
+        flops=_group_norm_flops,
+        popart_type="GroupNormalization",
         output_names=("group_norm_out", "group_norm_mean", "group_norm_inv_std_dev"),
     )
 )

@@ -11,7 +11,7 @@ from popxl import context, ipu_only
 from popxl.creation import constant
 from popxl.graph import Graph
 from popxl.op import Op, OpDef, add_op
-from popxl.opdefs.control import CALL, CONDITIONAL, REPEAT, by_ref_indices
+from popxl.opdefs.call import CALL, CONDITIONAL, REPEAT, by_ref_indices
 from popxl.tensor import Tensor
 
 

@@ -9,7 +9,7 @@ from popxl import context
 from popxl.ir import Ir
 from popxl.op import create_op
 from popxl.opdefs import collectives as c
-from popxl.opdefs import shape as shape_ops
+from popxl.ops.shape import reshape, transpose
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Tensor
 
@@ -28,33 +28,23 @@ def _op(op: str) -> str:
 # (`Tensor.name`, name scopes included) with a suffix, under the current name scopes.
 
 
-def _reshape(t: Tensor, shape: list[int]) -> Tensor:
-    # popxl.ops.reshape names its output `<input>_reshaped`.
-    return create_op(shape_ops.RESHAPE, [t], {"shape": tuple(shape)}, names=[f"{t.name}_reshaped"])[0]
-
-
-def _transpose(t: Tensor, perm: list[int]) -> Tensor:
-    # popxl.ops.transpose names its output `<input>_T`.
-    return create_op(shape_ops.TRANSPOSE, [t], {"permutation": tuple(perm)}, names=[f"{t.name}_T"])[0]
-
-
 def _rearrange_input(t: Tensor, axis: int) -> tuple[Tensor, list[int]]:
     """As popxl: `axis` moved to the front (a transpose, when not already there), then flattened."""
     if axis > 0:
         perm = list(range(t.rank))
         perm.insert(0, perm.pop(axis))
-        t = _transpose(t, perm)
+        t = transpose(t, perm)
     front = list(t.shape)
-    return _reshape(t, [-1]), front
+    return reshape(t, [-1]), front
 
 
 def _rearrange_output(y: Tensor, shape: list[int], axis: int) -> Tensor:
     """As popxl: `y` reshaped to `shape`, then its front axis moved back to `axis`."""
-    y = _reshape(y, shape)
+    y = reshape(y, shape)
     if axis > 0:
         perm = list(range(y.rank))
         perm.insert(axis, perm.pop(0))
-        y = _transpose(y, perm)
+        y = transpose(y, perm)
     return y
 
 

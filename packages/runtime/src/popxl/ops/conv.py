@@ -140,9 +140,7 @@ def _pool(
         "auto_pad": auto_pad or "not_set",
         "ceil_mode": bool(ceil_mode),
     }
-    # popxl: `averagepool_out` and `maxpool_out` (python/popxl/ops/pool.py).
-    name = "averagepool_out" if opdef is c.AVERAGE_POOL else "maxpool_out"
-    return create_op(opdef, [t], attrs, names=[name])[0]
+    return create_op(opdef, [t], attrs)[0]
 
 
 def average_pool(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from popxl import context, ipu_only
 from popxl.op import create_op
 from popxl.opdefs.debug import PRINT_TENSOR
-from popxl.opdefs.elementwise import IDENTITY
 from popxl.tensor import Tensor
 
 FloatFormat = Literal["auto", "fixed", "scientific", "none"]
@@ -47,20 +45,3 @@ def print_tensor(
     }
     # popxl: `print_out` (python/popxl/ops/print_tensor.py).
     return create_op(PRINT_TENSOR, [t], attrs, names=["print_out"])[0]
-
-
-def rename(t: Tensor, name: str) -> Tensor:
-    """A copy of `t` named `name`."""
-    return create_op(IDENTITY, [t], names=[name])[0]
-
-
-def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
-    """`t` copied to IPU `destination`: a copy here, recorded as placed on that IPU.
-
-    popxl takes the source IPU from `t`'s producer unless `source` is given; here it only names where the
-    copy reads from, so it is recorded (`popxl.ipu_only`) and changes nothing."""
-    with context.ipu(destination):
-        # popxl: `<t>_c<destination>`, `t.name` with its name scopes (python/popxl/ops/ipu_copy.py).
-        out = create_op(IDENTITY, [t], names=[f"{t.name}_c{destination}"])[0]
-    ipu_only.record(out, source_ipu=source)
-    return out

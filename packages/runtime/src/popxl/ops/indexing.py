@@ -11,7 +11,6 @@ from popxl import ipu_only
 from popxl.creation import constant
 from popxl.op import create_op
 from popxl.opdefs import indexing as ix
-from popxl.opdefs.shape import SUBSAMPLE
 from popxl.tensor import Tensor
 
 
@@ -125,12 +124,6 @@ def scatter(
     out = create_op(ix.SCATTER, [t, _indices(indices), values], {"axis": axis})[0]
     ipu_only.record(out, available_memory_proportion=available_memory_proportion)
     return out
-
-
-def subsample(t: Tensor, strides: int | Sequence[int]) -> Tensor:
-    """Every `strides[i]`-th element along axis i (missing strides are 1)."""
-    given = [strides] if isinstance(strides, int) else list(strides)
-    return create_op(SUBSAMPLE, [t], {"strides": given})[0]
 
 
 def groupedgather(

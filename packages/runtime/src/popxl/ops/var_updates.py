@@ -8,8 +8,7 @@ from popxl import dtypes, ipu_only
 from popxl.creation import constant
 from popxl.op import create_op
 from popxl.opdefs import elementwise as ew
-from popxl.opdefs import optimizers as opt
-from popxl.opdefs.var_updates import VAR_UPDATE
+from popxl.opdefs import var_updates as vu
 from popxl.tensor import Tensor
 
 
@@ -35,7 +34,7 @@ _PREFIX = {
 def _update(kind: str, t: Tensor, *inputs: Tensor, named_as: str | None = None) -> Tensor:
     """The update `kind` of `t`, its output named as popxl names the update `named_as` (`kind` by default)."""
     name = f"{_PREFIX[named_as or kind]}__{t.name}"
-    return create_op(VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[name])[0]
+    return create_op(vu.VAR_UPDATE, [t, *inputs], {"kind": kind}, names=[name])[0]
 
 
 def accumulate_(t: Tensor, X: Tensor, f: float | Tensor = 1.0) -> Tensor:
@@ -117,7 +116,7 @@ def sparse_accumulate_(
     """
     inputs = [t, X, indices] + ([_factor(f, t)] if f is not None else [])
     name = f"sparse_accumulate__{t.name}"
-    out = create_op(opt.SPARSE_ACCUMULATE, inputs, {"axis": axis}, names=[name])[0]
+    out = create_op(vu.SPARSE_ACCUMULATE, inputs, {"axis": axis}, names=[name])[0]
     ipu_only.record(out, tile_layout_reference=W)
     return out
 
@@ -150,7 +149,7 @@ def _updater(
     inputs += [time_step] if time_step is not None else []
     inputs += [_scalar(weight_decay, 0.0), _scalar(beta1, 0.0), _scalar(beta2, 0.0), _scalar(epsilon, 1e-7)]
     attrs = {"mode": mode, "weight": use_weight, "step": time_step is not None}
-    return create_op(opt.ADAM_UPDATER, inputs, attrs)[0]
+    return create_op(vu.ADAM_UPDATER, inputs, attrs)[0]
 
 
 def adam_updater(
@@ -215,4 +214,4 @@ def adam_var_update(
     ratio is 1 where either is 0 or the max weight norm is 0 (plain Adam).
     """
     inputs = [t, x, r1, r2, _scalar(learning_rate, 0.0), _scalar(max_weight_norm, 0.0)]
-    return create_op(opt.ADAM_VAR_UPDATE, inputs, names=["adam_var_update_out"])[0]
+    return create_op(vu.ADAM_VAR_UPDATE, inputs, names=["adam_var_update_out"])[0]

@@ -25,9 +25,9 @@ from popxl.grad_builder import GradBuilder
 from popxl.grad_info import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.op import Op
-from popxl.opdefs.control import CALL
+from popxl.opdefs.call import CALL
 from popxl.ops.call import call
-from popxl.ops.maths import add
+from popxl.ops.elementwise import add
 from popxl.tensor import Tensor
 
 __all__ = [

@@ -17,7 +17,7 @@ from popxl.creation import constant
 from popxl.grad_builder import GradBuilder
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.op import Op
-from popxl.opdefs.control import REPEAT
+from popxl.opdefs.call import REPEAT
 from popxl.ops.call import call, call_with_info, repeat
 from popxl.ops.io import remote_load, remote_store
 from popxl.remote_buffer import RemoteBuffer

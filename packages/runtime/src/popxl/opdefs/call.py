@@ -65,6 +65,7 @@ CALL = register(
         subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1, inputs_follow=True, outputs_follow=True),),
         modifies=lambda attrs: dict.fromkeys(call_modified(attrs)),
         modifies_note="the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
+        popart_type="Call",
     )
 )
 
@@ -137,6 +138,7 @@ REPEAT = register(
         subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"], inputs_follow=True),),
         modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
         modifies_note="the called graph's by-reference inputs",
+        popart_type="Loop",
     )
 )
 
