@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from popxl.creation import constant
-from popxl.ops import maths, unary
-from popxl.ops.debug import ipu_copy
+from popxl.ops import elementwise, linalg, shape
+from popxl.ops.elementwise import ipu_copy
 from popxl.tensor import Tensor
 
 __all__ = ["METHODS", "attach"]
@@ -49,21 +49,21 @@ def _right(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Any], Te
 
 def _iadd(self: Tensor, other: Any) -> Tensor:
     # As in popxl, the name keeps this tensor, whose value the add updates in place.
-    maths.add_(self, _operand(self, other))
+    elementwise.add_(self, _operand(self, other))
     return self
 
 
 # Operators build ops in the current graph; non-tensor operands take this tensor's dtype.
 _BINARY: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "add": maths.add,
-    "sub": maths.sub,
-    "mul": maths.mul,
-    "truediv": maths.div,
-    "mod": maths.fmod,
-    "pow": maths.pow,
-    "and": maths.logical_and,
-    "or": maths.logical_or,
-    "matmul": maths.matmul,
+    "add": elementwise.add,
+    "sub": elementwise.sub,
+    "mul": elementwise.mul,
+    "truediv": elementwise.div,
+    "mod": elementwise.fmod,
+    "pow": elementwise.pow,
+    "and": elementwise.logical_and,
+    "or": elementwise.logical_or,
+    "matmul": linalg.matmul,
 }
 
 # The methods that are one op on this tensor are the op itself, bound to it.
@@ -71,17 +71,17 @@ METHODS: dict[str, Callable[..., Tensor]] = {
     **{f"__{name}__": _left(op) for name, op in _BINARY.items()},
     **{f"__r{name}__": _right(op) for name, op in _BINARY.items()},
     "__iadd__": _iadd,
-    "__neg__": maths.negate,
-    "__invert__": maths.logical_not,
-    "__getitem__": maths.getitem,
-    "reshape": maths.reshape,
-    "reshape_": maths.reshape_,
-    "transpose": maths.transpose,
-    "transpose_": maths.transpose_,
-    "flatten": maths.flatten,
-    "flatten_": maths.flatten_,
-    "detach": maths.detach,
-    "detach_": unary.detach_,
+    "__neg__": elementwise.negate,
+    "__invert__": elementwise.logical_not,
+    "__getitem__": shape.getitem,
+    "reshape": shape.reshape,
+    "reshape_": shape.reshape_,
+    "transpose": shape.transpose,
+    "transpose_": shape.transpose_,
+    "flatten": shape.flatten,
+    "flatten_": shape.flatten_,
+    "detach": elementwise.detach,
+    "detach_": elementwise.detach_,
     "copy_to_ipu": ipu_copy,
 }
 
