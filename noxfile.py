@@ -29,6 +29,9 @@ TYPECHECK = {
     "core": ["popxl_addons"],
     "collectives": [
         "popxl_addons.collectives",
+        "popxl_addons.ops.cross_entropy_sharded_loss",
+        "popxl_addons.ops.cross_entropy_sharded_wr_loss",
+        "popxl_addons.ops.layer_norm_distributed",
         "popxl_addons.ops.replicated_all_reduce_TP",
         "popxl_addons.ops.replicated_strided_collectives",
     ],

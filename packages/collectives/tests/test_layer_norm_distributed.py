@@ -239,7 +239,7 @@ def test_popxl_addons_paths_resolve_here() -> None:
 
 def test_without_the_collectives_distribution_the_layer_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import popxl_addons.layers.layer_norm_distributed as shim
-    from popxl_addons import _compat
+    from popxl_addons import _distributions
 
     collectives_dir = str(Path(popxl_addons.collectives.__file__).parents[1])
     # As if popxl-addons-collectives were not installed: its folder off the package's path, its modules unloaded.
@@ -247,5 +247,5 @@ def test_without_the_collectives_distribution_the_layer_names_it(monkeypatch: py
     for name in [n for n in sys.modules if n.startswith("popxl_addons.collectives")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.delattr(popxl_addons, "collectives")
-    with pytest.raises(_compat.MissingDistributionError, match="pip install popxl-addons-collectives"):
+    with pytest.raises(_distributions.MissingDistributionError, match="pip install popxl-addons-collectives"):
         shim.LayerNormDistributed  # noqa: B018

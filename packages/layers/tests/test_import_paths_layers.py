@@ -15,7 +15,7 @@ import popxl_addons.layers.embedding
 import popxl_addons.layers.group_norm
 import popxl_addons.layers.layer_norm
 import popxl_addons.layers.linear
-from popxl_addons import _compat
+from popxl_addons._paths import BY_MODULE
 
 
 def test_layers_through_popxl_addons_paths() -> None:
@@ -31,20 +31,8 @@ def test_embedding_group_norm_and_conv_through_popxl_addons_paths() -> None:
     assert addons.layers.GroupNorm is popxl_addons.layers.group_norm.GroupNorm
     assert addons.layers.Conv2D is popxl_addons.layers.conv.Conv2D
     for name in ("Embedding", "MULTISLICE_MAGIC_NUMBER", "GroupNorm", "Conv2D"):
-        assert name not in _compat.PENDING.get("popxl_addons.layers", frozenset())
+        assert name in BY_MODULE["popxl_addons.layers"].names
     from popxl_addons.layers import Conv2D, Embedding, GroupNorm  # noqa: F401  (popxl-addons programs' import)
-
-
-def test_missing_layers_raise_not_implemented_yet() -> None:
-    import popxl_addons.layers.linear_fp8
-
-    for module, name in [(popxl_addons.layers.linear_fp8, "LinearFP8")]:
-        try:
-            getattr(module, name)
-        except _compat.NotImplementedYetError as e:
-            assert f"{module.__name__}.{name} is a popxl-addons name" in str(e)
-        else:  # implemented since: then it is the layers package's own class
-            assert getattr(module, name).__module__.startswith("popxl_addons.layers.")
 
 
 _HIDE_LAYERS = """

@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.array_munging`.
-
-Re-exports what this project has (`popxl_addons.core.array_munging`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.array_munging`, re-exporting the names of `popxl_addons.core.array_munging`."""
 
 from popxl_addons.core.array_munging import (
     handle_negative_axis,

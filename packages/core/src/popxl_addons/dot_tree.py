@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.dot_tree`, re-exporting this project's (`popxl_addons.core.dot_tree`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.dot_tree`, re-exporting the names of `popxl_addons.core.dot_tree`."""
 
 from popxl_addons.core.dot_tree import DotTree, sanitise, to_mapping
 

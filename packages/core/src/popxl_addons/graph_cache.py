@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.graph_cache`, re-exporting this project's (`popxl_addons.core.graph_cache`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.graph_cache`, re-exporting the names of `popxl_addons.core.graph_cache`."""
 
 from popxl_addons.core.graph_cache import (
     GraphCache,

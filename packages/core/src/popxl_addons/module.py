@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.module`, re-exporting this project's (`popxl_addons.core.module`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.module`, re-exporting the names of `popxl_addons.core.module`."""
 
 from popxl_addons.core.module import Module, NameScopeMeta, create_grad_graph_info
 

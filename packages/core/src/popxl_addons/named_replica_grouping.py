@@ -1,10 +1,6 @@
-"""popxl-addons' `popxl_addons.named_replica_grouping`.
-
-Re-exports what this project has (`popxl_addons.core.named_replica_grouping`). With one instance (one
-process) the instance groupings are the groupings themselves; the IPU-Link-Domain ones only group replicas.
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.named_replica_grouping`: with one instance (one process) the instance groupings are the
+groupings themselves; the IPU-Link-Domain ones only group replicas."""
 
 from popxl_addons.core.named_replica_grouping import (
     NamedReplicaGrouping,

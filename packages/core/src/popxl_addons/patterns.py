@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.patterns`, re-exporting this project's (`popxl_addons.core.patterns`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.patterns`, re-exporting the names of `popxl_addons.core.patterns`."""
 
 from popxl_addons.core.patterns import apply_pre_alias_patterns, patterns_level
 

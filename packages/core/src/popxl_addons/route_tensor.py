@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.route_tensor`, re-exporting what this project has (`popxl_addons.core.route_tensor`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.route_tensor`, re-exporting the names of `popxl_addons.core.route_tensor`."""
 
 from popxl_addons.core.route_tensor import is_subgraph, route_tensor_into_graph
 

@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.rts`, re-exporting what this project has (`popxl_addons.core.rts`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.rts`, re-exporting the names of `popxl_addons.core.rts`."""
 
 from popxl_addons.core.rts import (
     all_gather_replica_sharded_graph,

@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.seed_variable`.
-
-Re-exports what this project has (`popxl_addons.core.seed_variable`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.seed_variable`, re-exporting the names of `popxl_addons.core.seed_variable`."""
 
 from popxl_addons.core.seed_variable import seed_variable
 

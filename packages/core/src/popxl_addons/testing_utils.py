@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.testing_utils`.
-
-Re-exports what this project has (`popxl_addons.core.testing_utils`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.testing_utils`, re-exporting the names of `popxl_addons.core.testing_utils`."""
 
 from popxl_addons.core.testing_utils import TensorInput, ops_of_type, run_module
 

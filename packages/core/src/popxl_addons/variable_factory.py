@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.variable_factory`.
-
-Re-exports this project's (`popxl_addons.core.variable_factory`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.variable_factory`, re-exporting the names of `popxl_addons.core.variable_factory`."""
 
 from popxl_addons.core.variable_factory import (
     NamedVariableFactories,

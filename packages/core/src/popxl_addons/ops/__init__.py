@@ -1,25 +1,16 @@
-"""popxl-addons' `popxl_addons.ops`: the ops this project has, under popxl-addons' names.
-
-As in popxl-addons, the custom ops' sub-packages (`popxl_addons.ops.replicated_all_reduce_TP`,
-...) are imported only when asked for. The collectives' ones ship in popxl-addons-collectives:
-`__path__` is extended with `pkgutil.extend_path` so that an editable install, which keeps
-each distribution's folder apart, finds them too.
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops`: the ops this project has, under popxl-addons' names. As there, a function imported
+from the sub-module of its name is bound over it, and the custom ops' sub-packages import when asked for."""
 
 from pkgutil import extend_path
 
+# Every distribution's folder of this package (an editable install keeps them apart), before
+# the imports: a sub-package's `extend_path` searches this `__path__`.
 __path__ = extend_path(__path__, __name__)
 
-from popxl_addons import _compat
 from popxl_addons.ops import streams
-
-# As in popxl-addons, the function is bound over its sub-module of the same name.
+from popxl_addons.ops.cross_entropy import cross_entropy, cross_entropy_with_grad
 from popxl_addons.ops.fp8_amax_scale import fp8_amax_scale
 from popxl_addons.ops.streams import host_load, host_store
 
-__all__ = ["fp8_amax_scale", "host_load", "host_store", "streams"]
-
-# popxl-addons names that this project does not implement yet.
-__getattr__ = _compat.not_implemented(__name__, ["cross_entropy", "cross_entropy_with_grad"], owner="popxl_addons.core")
+__all__ = ["streams", "cross_entropy", "cross_entropy_with_grad", "fp8_amax_scale", "host_load", "host_store"]

@@ -1,10 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.cross_entropy`: its names, re-exported from `popxl_addons.core` when first used."""
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.cross_entropy`, re-exporting the names of `popxl_addons.core.cross_entropy`."""
 
-from __future__ import annotations
+from popxl_addons.core.cross_entropy import cross_entropy, cross_entropy_with_grad
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(__name__, ["cross_entropy", "cross_entropy_with_grad"], owner="popxl_addons.core")
+__all__ = ["cross_entropy", "cross_entropy_with_grad"]

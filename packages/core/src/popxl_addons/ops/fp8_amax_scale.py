@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.ops.fp8_amax_scale`, re-exporting `popxl_addons.core.fp8_scale.fp8_amax_scale`."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.fp8_amax_scale`, re-exporting the names of `popxl_addons.core.fp8_scale`."""
 
 from popxl_addons.core.fp8_scale import fp8_amax_scale
 

@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.ops.streams`, re-exporting what this project has (`popxl_addons.core.streams`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.streams`, re-exporting the names of `popxl_addons.core.streams`."""
 
 from popxl_addons.core.streams import host_load, host_store
 

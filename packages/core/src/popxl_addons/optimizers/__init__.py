@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.optimizers`: its optimizer steps."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.optimizers`, re-exporting its sub-modules' names."""
 
 from popxl_addons.optimizers.adam import AdamOptimizerStep
 

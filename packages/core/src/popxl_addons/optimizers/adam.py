@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.optimizers.adam`, re-exporting what this project has (`popxl_addons.core.optimizers`)."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.optimizers.adam`, re-exporting the names of `popxl_addons.core.optimizers`."""
 
 from popxl_addons.core.optimizers import AdamOptimizerStep
 

@@ -1,6 +1,5 @@
-"""popxl-addons' `popxl_addons.transforms`: every transform this project has, under popxl-addons' names."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms`, re-exporting its sub-modules' names."""
 
 from popxl_addons.transforms import (
     available_memory_proportion,

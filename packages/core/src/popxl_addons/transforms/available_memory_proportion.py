@@ -1,10 +1,6 @@
-"""popxl-addons' `popxl_addons.transforms.available_memory_proportion`.
-
-Re-exports what this project has (`popxl_addons.core.available_memory`): the proportions are recorded on
-the ops and change nothing off an IPU.
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms.available_memory_proportion`: the proportions are recorded on the ops and
+change nothing off an IPU."""
 
 from popxl_addons.core.available_memory import (
     set_available_memory_proportion_by_ipu,

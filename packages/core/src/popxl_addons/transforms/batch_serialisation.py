@@ -1,9 +1,6 @@
-"""popxl-addons' `popxl_addons.transforms.batch_serialisation`.
-
-Re-exports what this project has (`popxl_addons.core.batch_serialisation`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms.batch_serialisation`, re-exporting the names of
+`popxl_addons.core.batch_serialisation`."""
 
 from popxl_addons.core.batch_serialisation import (
     BatchSerialResult,

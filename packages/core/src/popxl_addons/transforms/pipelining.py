@@ -1,16 +1,15 @@
-"""popxl-addons' `popxl_addons.transforms.pipelining`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms.pipelining`: the stages run one after another on one device
+(docs/pipelining.md). Not implemented here: `Pipelining`, `PipelineBoundGraph` (they raise
+`NotImplementedHereError`)."""
 
-Re-exports what this project has (`popxl_addons.core.pipelining`). popxl-addons' `Pipelining` and
-`PipelineBoundGraph`, its machinery for moving popart IR ops into stage graphs, have no counterpart
-here: the transform is built differently (see `popxl_addons.core.pipelining`).
-"""
-
-from __future__ import annotations
-
-from popxl_addons import _compat
+from popxl_addons._not_implemented import not_implemented
 from popxl_addons.core.pipelining import Restore, StageContext, Stash, get_op_pipeline_stage, pipelined_execution
 
 __all__ = ["pipelined_execution", "StageContext", "Stash", "Restore", "get_op_pipeline_stage"]
 
-# popxl-addons names that this project does not implement.
-__getattr__ = _compat.not_implemented(__name__, ["Pipelining", "PipelineBoundGraph"])
+_MISSING = {
+    "Pipelining": "`pipelined_execution(steps)`, which builds the stages from the ops created in its context",
+    "PipelineBoundGraph": "`pipelined_execution(steps)`; a stage's graph is not a graph of its own here",
+}
+__getattr__ = not_implemented(__name__, _MISSING)

@@ -1,9 +1,6 @@
-"""popxl-addons' `popxl_addons.transforms.recomputation`.
-
-Re-exports this project's (`popxl_addons.core.recomputation`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms.recomputation`, re-exporting the names of
+`popxl_addons.core.recomputation`."""
 
 from popxl_addons.core.recomputation import add_recompute_inputs, recompute_graph
 

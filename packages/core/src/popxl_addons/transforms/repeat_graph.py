@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.transforms.repeat_graph`.
-
-Re-exports what this project has (`popxl_addons.core.repeat_graph`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms.repeat_graph`, re-exporting the names of `popxl_addons.core.repeat_graph`."""
 
 from popxl_addons.core.repeat_graph import repeat_graph
 

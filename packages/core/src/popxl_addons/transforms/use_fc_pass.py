@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.transforms.use_fc_pass`, re-exporting this project's (`popxl_addons.core.fc_pass`).
-
-The setting is recorded per matmul and has no effect here (see `popxl_addons.core.fc_pass`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.transforms.use_fc_pass`: the setting is recorded per matmul and has no effect here."""
 
 from popxl_addons.core.fc_pass import disable_fc_pass, enable_fc_pass
 

@@ -1,16 +1,15 @@
-"""popxl-addons' `popxl_addons.layers.layer_norm_distributed`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.layers.layer_norm_distributed`: the layer is built on a collective op, so
+popxl-addons-collectives ships it and is imported on first use: popxl-addons-layers installs without it."""
 
-`LayerNormDistributed`, re-exported from `popxl_addons.collectives` when first used. The layer is
-built on a collective op, so it ships in popxl-addons-collectives, and popxl-addons-layers keeps
-depending on core only (it installs without the collectives); without popxl-addons-collectives,
-using the name says to install it.
-"""
+from typing import TYPE_CHECKING
 
-from __future__ import annotations
+from popxl_addons._lazy import on_first_use
 
-from popxl_addons import _compat
+if TYPE_CHECKING:
+    from popxl_addons.collectives.layer_norm_distributed_layer import LayerNormDistributed
 
-__all__: list[str] = []
+__all__ = ["LayerNormDistributed"]
 
-# Resolved on first use from popxl_addons.collectives.
-__getattr__ = _compat.not_implemented(__name__, ["LayerNormDistributed"], owner="popxl_addons.collectives")
+_ON_FIRST_USE = {"LayerNormDistributed": "popxl_addons.collectives.layer_norm_distributed_layer"}
+__getattr__ = on_first_use(__name__, _ON_FIRST_USE)

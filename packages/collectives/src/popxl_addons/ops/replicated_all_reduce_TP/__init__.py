@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.ops.replicated_all_reduce_TP`.
-
-Re-exports what this project has (`popxl_addons.collectives`).
-"""  # noqa: N999  (popxl-addons' module name)
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.replicated_all_reduce_TP`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.replicated_all_reduce_TP.replicated_all_reduce_TP import (
     replicated_all_reduce,

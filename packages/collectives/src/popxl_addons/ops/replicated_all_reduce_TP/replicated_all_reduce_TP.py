@@ -1,11 +1,8 @@
-"""popxl-addons' `popxl_addons.ops.replicated_all_reduce_TP.replicated_all_reduce_TP`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.replicated_all_reduce_TP.replicated_all_reduce_TP`, re-exporting the names of
+`popxl_addons.collectives.all_reduce_tp`."""
 
-Re-exports what this project has (`popxl_addons.collectives`).
-"""  # noqa: N999  (popxl-addons' module name)
-
-from __future__ import annotations
-
-from popxl_addons.collectives import (
+from popxl_addons.collectives.all_reduce_tp import (
     replicated_all_reduce,
     replicated_all_reduce_identical_grad_inputs,
     replicated_all_reduce_identical_inputs,

@@ -1,9 +1,5 @@
-"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives`.
-
-Re-exports what this project has (`popxl_addons.collectives`).
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.replicated_strided_collectives.replicated_all_gather_strided import replicated_all_gather_strided
 from popxl_addons.ops.replicated_strided_collectives.replicated_all_reduce_strided import (

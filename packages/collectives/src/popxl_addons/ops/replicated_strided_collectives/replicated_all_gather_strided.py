@@ -1,10 +1,7 @@
-"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives.replicated_all_gather_strided`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives.replicated_all_gather_strided`, re-exporting the names
+of `popxl_addons.collectives.strided`."""
 
-Re-exports what this project has (`popxl_addons.collectives`).
-"""
-
-from __future__ import annotations
-
-from popxl_addons.collectives import replicated_all_gather_strided
+from popxl_addons.collectives.strided import replicated_all_gather_strided
 
 __all__ = ["replicated_all_gather_strided"]

@@ -1,11 +1,8 @@
-"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives.replicated_all_reduce_strided`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.replicated_strided_collectives.replicated_all_reduce_strided`, re-exporting the names
+of `popxl_addons.collectives.strided`."""
 
-Re-exports what this project has (`popxl_addons.collectives`).
-"""
-
-from __future__ import annotations
-
-from popxl_addons.collectives import (
+from popxl_addons.collectives.strided import (
     replicated_all_reduce_strided,
     replicated_all_reduce_strided_graph,
     replicated_all_reduce_strided_identical_grad_inputs,

@@ -1,10 +1,5 @@
-"""popxl-addons' custom op package `popxl_addons.ops.fp8_mse_scale`: its function, from `popxl_addons.core`.
-
-As in popxl-addons, `popxl_addons.ops.fp8_mse_scale.fp8_mse_scale` is the function, bound over the
-sub-module of the same name.
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.fp8_mse_scale`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.fp8_mse_scale.fp8_mse_scale import fp8_mse_scale
 

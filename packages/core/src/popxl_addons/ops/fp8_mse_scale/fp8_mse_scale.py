@@ -1,6 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.fp8_mse_scale.fp8_mse_scale`, re-exporting `popxl_addons.core.fp8_scale`'s."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.fp8_mse_scale.fp8_mse_scale`, re-exporting the names of
+`popxl_addons.core.fp8_scale`."""
 
 from popxl_addons.core.fp8_scale import fp8_mse_scale
 

@@ -1,12 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.grad_reduce_square_add`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.grad_reduce_square_add`, re-exporting its sub-modules' names."""
 
-Its names, re-exported from `popxl_addons.core` when first used."""
+from popxl_addons.ops.grad_reduce_square_add.grad_reduce_square_add import grad_reduce_square_add
 
-from __future__ import annotations
-
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(__name__, ["grad_reduce_square_add"], owner="popxl_addons.core")
+__all__ = ["grad_reduce_square_add"]

@@ -1,10 +1,5 @@
-"""popxl-addons' custom op package `popxl_addons.ops.group_quantize_decompress`, from `popxl_addons.core`.
-
-As in popxl-addons, `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress` is the
-function, bound over the sub-module of the same name.
-"""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.group_quantize_decompress`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.group_quantize_decompress.group_quantize_decompress import (
     group_quantize_compress_numpy,
@@ -12,4 +7,4 @@ from popxl_addons.ops.group_quantize_decompress.group_quantize_decompress import
     group_quantize_decompress_numpy,
 )
 
-__all__ = ["group_quantize_compress_numpy", "group_quantize_decompress", "group_quantize_decompress_numpy"]
+__all__ = ["group_quantize_decompress", "group_quantize_decompress_numpy", "group_quantize_compress_numpy"]

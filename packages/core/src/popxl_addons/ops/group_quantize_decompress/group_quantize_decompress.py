@@ -1,7 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress`, re-exporting
-`popxl_addons.core.group_quantize`'s names."""
-
-from __future__ import annotations
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress`, re-exporting the names of
+`popxl_addons.core.group_quantize`."""
 
 from popxl_addons.core.group_quantize import (
     group_quantize_compress_numpy,
@@ -9,4 +8,4 @@ from popxl_addons.core.group_quantize import (
     group_quantize_decompress_numpy,
 )
 
-__all__ = ["group_quantize_compress_numpy", "group_quantize_decompress", "group_quantize_decompress_numpy"]
+__all__ = ["group_quantize_decompress", "group_quantize_decompress_numpy", "group_quantize_compress_numpy"]

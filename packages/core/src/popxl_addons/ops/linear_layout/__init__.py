@@ -1,10 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.linear_layout`: its name, re-exported from `popxl_addons.core` on use."""
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.linear_layout`, re-exporting its sub-modules' names."""
 
-from __future__ import annotations
+from popxl_addons.ops.linear_layout.linear_layout import linear_layout
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(__name__, ["linear_layout"], owner="popxl_addons.core")
+__all__ = ["linear_layout"]

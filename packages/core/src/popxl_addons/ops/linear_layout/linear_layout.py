@@ -1,13 +1,7 @@
-"""popxl-addons' `popxl_addons.ops.linear_layout.linear_layout`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.linear_layout.linear_layout`, re-exporting the names of
+`popxl_addons.core.linear_layout`."""
 
-Its name, re-exported from `popxl_addons.core` when first used.
-"""
+from popxl_addons.core.linear_layout import linear_layout
 
-from __future__ import annotations
-
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(__name__, ["linear_layout"], owner="popxl_addons.core")
+__all__ = ["linear_layout"]

@@ -1,12 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.rotary_pos_embed`: its names, re-exported from `popxl_addons.core` on use."""
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.rotary_pos_embed`, re-exporting its sub-modules' names."""
 
-from __future__ import annotations
+from popxl_addons.ops.rotary_pos_embed.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(
-    __name__, ["rotary_pos_embed", "trig_tables", "trig_table_constants"], owner="popxl_addons.core"
-)
+__all__ = ["rotary_pos_embed", "trig_tables", "trig_table_constants"]

@@ -1,14 +1,7 @@
-"""popxl-addons' `popxl_addons.ops.rotary_pos_embed.rotary_pos_embed`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.rotary_pos_embed.rotary_pos_embed`, re-exporting the names of
+`popxl_addons.core.rotary_pos_embed`."""
 
-Its names, re-exported from `popxl_addons.core` when first used."""
+from popxl_addons.core.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables
 
-from __future__ import annotations
-
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(
-    __name__, ["rotary_pos_embed", "trig_tables", "trig_table_constants"], owner="popxl_addons.core"
-)
+__all__ = ["rotary_pos_embed", "trig_tables", "trig_table_constants"]

@@ -1,12 +1,6 @@
-"""popxl-addons' `popxl_addons.ops.static_sparse_ops`: its names, re-exported from `popxl_addons.core` on use."""
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.static_sparse_ops`, re-exporting its sub-modules' names."""
 
-from __future__ import annotations
+from popxl_addons.ops.static_sparse_ops.dense_sparse_matmul import dense_const_sparse_matmul, random_sparse
 
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(
-    __name__, ["dense_const_sparse_matmul", "random_sparse"], owner="popxl_addons.core"
-)
+__all__ = ["dense_const_sparse_matmul", "random_sparse"]

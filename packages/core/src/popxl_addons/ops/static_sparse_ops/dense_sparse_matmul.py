@@ -1,15 +1,7 @@
-"""popxl-addons' `popxl_addons.ops.static_sparse_ops.dense_sparse_matmul`.
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.static_sparse_ops.dense_sparse_matmul`, re-exporting the names of
+`popxl_addons.core.static_sparse_ops`."""
 
-Its names, re-exported from `popxl_addons.core` when first used.
-"""
+from popxl_addons.core.static_sparse_ops import dense_const_sparse_matmul, random_sparse
 
-from __future__ import annotations
-
-from popxl_addons import _compat
-
-__all__: list[str] = []
-
-# Resolved on first use from popxl_addons.core.
-__getattr__ = _compat.not_implemented(
-    __name__, ["dense_const_sparse_matmul", "random_sparse"], owner="popxl_addons.core"
-)
+__all__ = ["dense_const_sparse_matmul", "random_sparse"]

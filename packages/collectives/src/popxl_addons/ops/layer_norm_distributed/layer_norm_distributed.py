@@ -1,0 +1,7 @@
+# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+"""popxl-addons' `popxl_addons.ops.layer_norm_distributed.layer_norm_distributed`, re-exporting the names of
+`popxl_addons.collectives.layer_norm_distributed`."""
+
+from popxl_addons.collectives.layer_norm_distributed import layer_norm_distributed
+
+__all__ = ["layer_norm_distributed"]
