@@ -67,7 +67,7 @@ def _policy(policy: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{counts[c]} {c}" for c in ("host", "recompute", "keep") if counts[c]) + "}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SerialisationPlan:
     """A batch-serialisation plan within a device-memory budget, with the evidence for it.
 
@@ -250,15 +250,15 @@ def calibrate(
         seconds = _between(mb, mb0, mb1, points[few][1], points[most][1])
         figures.append(
             StepFigures(
-                steps,
-                int(device_bytes),
-                seconds,
-                share,
-                program.activation_bytes,
-                program.input_bytes,
-                program.variable_bytes,
-                None if overlapped is None else int(overlapped[0] * most / steps),
-                None if overlapped is None else overlapped[1],
+                steps=steps,
+                device_bytes=int(device_bytes),
+                seconds=seconds,
+                forward_share=share,
+                activation_bytes=program.activation_bytes,
+                input_bytes=program.input_bytes,
+                variable_bytes=program.variable_bytes,
+                overlapped_bytes=None if overlapped is None else int(overlapped[0] * most / steps),
+                overlapped_ratio=None if overlapped is None else overlapped[1],
             )
         )
     return figures
@@ -339,17 +339,17 @@ def plan_batch_serialisation(
         if measured <= budget:
             fig = next(f for f in figures if f.steps == candidate.steps)
             return SerialisationPlan(
-                candidate.steps,
-                candidate.io_mode,
-                dict(candidate.policy),
-                candidate.device_bytes,
-                candidate.seconds,
-                measured,
-                budget,
-                fig,
-                rate,
-                remaining[0] if remaining else None,
-                rejected,
+                steps=candidate.steps,
+                io_mode=candidate.io_mode,
+                policy=dict(candidate.policy),
+                predicted_device_bytes=candidate.device_bytes,
+                predicted_seconds=candidate.seconds,
+                measured_device_bytes=measured,
+                budget_bytes=budget,
+                figures=fig,
+                bandwidth=rate,
+                runner_up=remaining[0] if remaining else None,
+                rejected=rejected,
             )
         rejected.append((candidate, measured))
         # The model under-predicted: for plans of the same kind, what it predicts next is taken as that much
