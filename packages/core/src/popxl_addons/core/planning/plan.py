@@ -14,12 +14,20 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl.units import format_bytes as _size
-from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult, batch_serialise_fwd_and_grad
+from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.planning.model import HELD, Estimate, StepFigures, estimate, max_held, search
-from popxl_addons.core.planning.programs import flops, measure, micro_batch_spec, serialised_program, step_program
+from popxl_addons.core.planning.programs import (
+    flops,
+    measure,
+    micro_batch_spec,
+    planned_serialisation,
+    serialised_program,
+    step_program,
+)
+from popxl_addons.core.planning.step import Serialisation
 
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4
@@ -142,20 +150,19 @@ class SerialisationPlan:
     ) -> tuple[BatchSerialResult, BatchSerialResult]:
         """`batch_serialise_fwd_and_grad` with this plan's steps, io_mode and policy, its "host" activations
         in host memory whatever the Session's `remote_memory` (the plan's figures count them there)."""
-        return batch_serialise_fwd_and_grad(
+        return self.serialisation(rows).serialise(
             forward_graph,
             gradient_graph,
             named_inputs_for_grad_graph,
-            self.steps,
             load_handles,
             store_streams,
             store_buffers,
             seed_input,
-            rows,
-            self.io_mode,
-            self.policy,
-            activation_memory="host",
         )
+
+    def serialisation(self, rows: int = 1) -> Serialisation:
+        """This plan's serialisation over `rows` rows, as the planner measured it (over one)."""
+        return planned_serialisation(self.steps, self.io_mode, self.policy, rows)
 
 
 def _divisors(n: int) -> list[int]:
