@@ -29,7 +29,8 @@ from jax.ad_checkpoint import checkpoint_name
 import popxl
 from popxl import ops
 from popxl.lowering.memory import memory_figures
-from popxl_addons.core import IO_MODES, Module, autodiff_with_accumulation, batch_serialise_fwd_and_grad
+from popxl_addons.core import IO_MODES, Module
+from popxl_addons.core.planning import Serialisation, StepOptions, build_training_step
 
 MiB = 2**20
 
@@ -50,34 +51,15 @@ class MLP(Module):
 
 def popxl_program(width: int, layers: int, micro: int, steps: int, io_mode: str | None) -> tuple[popxl.Ir, Any, Any]:
     """The serialised program (io_mode given) or the un-serialised one over the whole batch."""
-    ir = popxl.Ir()
-    ir.session_options.numIOTiles = 32
-    with ir.main_graph, popxl.in_sequence(True):
-        x = popxl.h2d_stream((micro, width), popxl.float32, "x")
-        dy = popxl.h2d_stream((micro, width), popxl.float32, "dy")
-        args, graph = MLP(layers).create_graph(x.spec)
-        dargs, dgraph = autodiff_with_accumulation(graph, graph.args.tensors)
-        weights, accums = args.init(), dargs.init()
-        if io_mode is None:
-            site = graph.bind(weights).call_with_info(ops.host_load(x))
-            dgraph.bind(accums).call(ops.host_load(dy), args=dgraph.grad_graph_info.inputs_dict(site))
-        else:
-            fwd, grad = batch_serialise_fwd_and_grad(
-                graph,
-                dgraph,
-                graph.args,
-                steps,
-                load_handles={graph.graph.inputs[0]: x, dgraph.graph.inputs[0]: dy},
-                store_streams={},
-                store_buffers={},
-                io_mode=io_mode,
-            )
-            grad_vars = accums.copy()
-            grad_vars.update(weights)
-            fwd.graph.bind(weights).call(0)
-            grad.graph.bind(grad_vars).call(0)
-    ir.num_host_transfers = steps if io_mode is not None else 1
-    return ir, (x, dy), (weights, accums)
+    serialisation = Serialisation(steps=steps, io_mode=io_mode) if io_mode is not None else None
+    step = build_training_step(
+        partial(MLP, layers),
+        popxl.TensorSpec((micro, width), popxl.float32),
+        steps if io_mode is not None else 1,
+        serialisation,
+        StepOptions(store_outputs=False),
+    )
+    return step.ir, (step.inputs["x"], step.inputs["dy0"]), (step.weights, step.accumulators)
 
 
 def _mlp(params: list[tuple[jax.Array, jax.Array]], x: jax.Array) -> jax.Array:

@@ -73,6 +73,7 @@ import numpy as np
 import popxl
 import popxl_addons as addons
 from popxl import ops
+from popxl_addons.core.planning import Serialisation, serialise_step
 from popxl_addons.layers import Embedding, LayerNorm, Linear
 from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
@@ -84,12 +85,7 @@ from popxl_addons.ops.replicated_all_reduce_TP import (
 from popxl_addons.patterns import apply_pre_alias_patterns
 from popxl_addons.remote import NamedRemoteBuffers
 from popxl_addons.rts import all_gather_replica_sharded_graph, reduce_replica_sharded_graph
-from popxl_addons.transforms.batch_serialisation import (
-    BatchSerialResult,
-    RemoteHandle,
-    batch_serial_buffer,
-    batch_serialise_fwd_and_grad,
-)
+from popxl_addons.transforms.batch_serialisation import BatchSerialResult, RemoteHandle, batch_serial_buffer
 
 Array = np.ndarray[Any, Any]
 Row = int | popxl.Tensor  # a layer's entry in its stage's remote buffers: fixed, or the layer loop's counter
@@ -421,15 +417,17 @@ class Stage:
 
 
 def build_stage(
-    module: addons.Module, inputs: Sequence[popxl.TensorSpec], rows: int, config: Config, handles: dict[str, Any]
+    module: addons.Module, specs: Sequence[popxl.TensorSpec], rows: int, config: Config, **handles: Any
 ) -> Stage:
     """A stage serialised over the micro-batches with its state in replica-sharded remote variables, `rows`
-    layers of it."""
-    factories, forward = module.create_graph(*inputs)
-    required = [forward.graph.inputs[0]] if "dx" in handles else []
-    accums, backward = autodiff_with_accumulation(forward, required, factories)
-    backward = addons.recompute_graph(backward)
-    accum_inputs = backward.args.get("accum")  # the specs the reduction takes
+    layers of it. `handles` are `serialise_step`'s: where the stage's inputs and output gradient come from, and
+    where its output and input gradient go."""
+    factories, forward = module.create_graph(*specs)
+    serialisation = Serialisation(steps=config.steps, rows=rows, io_mode="io")
+    groupings = factories.replica_groupings
+    step = serialise_step(forward, serialisation, replica_groupings=groupings, recompute=True, **handles)
+    accums = step.accumulators
+    accum_inputs = step.gradient_graph.args.get("accum")  # the specs the reduction takes
     groups = shard_groups(factories)
     by_name, group_of = factories.to_dict(), groups.to_dict()
     shard_over = {name: g.group_size for name, g in group_of.items()}
@@ -438,16 +436,6 @@ def build_stage(
     for name, f in by_name.items():
         adam, optimizers[name] = _adam(_shard_spec(f, group_of[name]), f.replica_grouping, config)
         adam_state.insert(name, adam, overwrite=True)  # merges into the subtree of a sibling weight
-    graph_in, graph_out = forward.graph.inputs, forward.graph.outputs
-    loads = {graph_in[0]: handles["x"], backward.graph.inputs[0]: handles["dy"]}
-    loads.update({graph_in[1 + i]: h for i, h in enumerate(handles.get("extra", []))})
-    streams = {graph_out[0]: handles["y"]} if isinstance(handles["y"], popxl.DeviceToHostStream) else {}
-    stores = {} if streams else {graph_out[0]: handles["y"]}
-    if "dx" in handles:
-        stores[backward.graph.outputs[0]] = handles["dx"]
-    fwd, bwd = batch_serialise_fwd_and_grad(
-        forward, backward, forward.args, config.steps, loads, streams, stores, rows=rows, io_mode="io"
-    )
     weight_buffers = addons.named_variable_buffers(factories, rows, shard_over)
     grad_buffers = addons.named_variable_buffers(accums.get("accum"), rows, shard_over)
     adam_buffers = addons.named_variable_buffers(adam_state, rows, shard_over_dict=False)  # shards have meta shapes
@@ -455,8 +443,8 @@ def build_stage(
     shards = addons.NamedTensors.pack(weights.names, weights.load.graph.outputs)
     name = type(module).__name__
     stage = Stage(
-        fwd,
-        bwd,
+        step.forward,
+        step.gradient,
         weights,
         Remote.of(grad_buffers),
         Remote.of(adam_buffers),
@@ -471,15 +459,6 @@ def build_stage(
         variables.insert("adam", adam_state.init_remote(adam_buffers, row, prefix=f"{name}{row}.adam"))
         stage.variables.append(variables)
     return stage
-
-
-def autodiff_with_accumulation(
-    forward: addons.GraphWithNamedArgs, required: list[popxl.Tensor], factories: addons.NamedVariableFactories
-) -> tuple[addons.NamedVariableFactories, addons.GraphWithNamedArgs]:
-    """The gradient graph accumulating every weight's gradient, each accumulator grouped as its weight."""
-    return addons.autodiff_with_accumulation(
-        forward, forward.args.tensors, grads_required=required, replica_groupings=factories.replica_groupings
-    )
 
 
 def over_layers(body: Callable[..., Any], layers: int, first: int, *inputs: popxl.Tensor) -> tuple[popxl.Tensor, ...]:
@@ -513,17 +492,17 @@ def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage
             ops.remote_store(seeds, j, popxl.constant(np.float32(config.loss_scaling)))
         embed = build_stage(
             Embeddings(config), [tokens.spec], 1, config,
-            {"x": tokens, "y": RemoteHandle(acts, 0), "dy": RemoteHandle(grads, 0)},
+            inputs=[tokens], outputs=[RemoteHandle(acts, 0)], output_gradients=[RemoteHandle(grads, 0)],
         )  # fmt: skip
         layer = build_stage(
             DecoderLayer(config), [act], config.layers, config,
-            {"x": RemoteHandle(acts, 0), "y": RemoteHandle(acts, 1), "dy": RemoteHandle(grads, 1),
-             "dx": RemoteHandle(grads, 0)},
+            inputs=[RemoteHandle(acts, 0)], outputs=[RemoteHandle(acts, 1)],
+            output_gradients=[RemoteHandle(grads, 1)], input_gradient=RemoteHandle(grads, 0),
         )  # fmt: skip
         head = build_stage(
             Head(config), [act, labels.spec], 1, config,
-            {"x": RemoteHandle(acts, config.layers), "extra": [labels], "y": loss,
-             "dy": RemoteHandle(seeds, 0), "dx": RemoteHandle(grads, config.layers)},
+            inputs=[RemoteHandle(acts, config.layers), labels], outputs=[loss],
+            output_gradients=[RemoteHandle(seeds, 0)], input_gradient=RemoteHandle(grads, config.layers),
         )  # fmt: skip
         embed.forward_phase(0)
 

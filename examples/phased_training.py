@@ -45,13 +45,12 @@ from popxl_addons.core import (
     NamedTensors,
     NamedVariableFactories,
     RemoteHandle,
-    autodiff_with_accumulation,
     batch_serial_buffer,
-    batch_serialise_fwd_and_grad,
     load_remote_graph,
     named_variable_buffers,
     store_remote_graph,
 )
+from popxl_addons.core.planning import Serialisation, serialise_step
 from popxl_addons.layers import LayerNorm, Linear
 
 TOKENS, PIXELS, CLASSES = 8, 8, 10
@@ -220,34 +219,21 @@ def _adam_step(spec: popxl.TensorSpec, config: Config) -> tuple[NamedVariableFac
     )
 
 
-def build_stage(
-    module: Module, inputs: Sequence[popxl.TensorSpec], rows: int, config: Config, handles: dict[str, Any]
-) -> Stage:
+def build_stage(module: Module, specs: Sequence[popxl.TensorSpec], rows: int, config: Config, **handles: Any) -> Stage:
     """A stage's graphs serialised over the micro-batches, with its state in remote variables, `rows` layers of it.
 
-    `handles` says where the forward input (`x`), the extra inputs, the forward output (`y`), the
-    output gradient (`dy`) and the input gradient (`dx`) come from or go to.
+    `handles` are `serialise_step`'s: where the stage's inputs and output gradient come from, and where its
+    output and input gradient go.
     """
-    weights, forward = module.create_graph(*inputs)
-    required = [forward.graph.inputs[0]] if "dx" in handles else []
-    accums, backward = autodiff_with_accumulation(forward, forward.args.tensors, grads_required=required)
+    weights, forward = module.create_graph(*specs)
+    step = serialise_step(forward, Serialisation(steps=config.steps, rows=rows, io_mode="io"), **handles)
     adam, optimizers = _optimizers(weights, config)
     state = weights.copy()
-    state.update(accums.copy())
+    state.update(step.accumulators.copy())
     state.update(adam)
-    graph_in, graph_out = forward.graph.inputs, forward.graph.outputs
-    loads = {graph_in[0]: handles["x"], backward.graph.inputs[0]: handles["dy"]}
-    loads.update({graph_in[1 + i]: h for i, h in enumerate(handles.get("extra", []))})
-    streams = {graph_out[0]: handles["y"]} if isinstance(handles["y"], popxl.DeviceToHostStream) else {}
-    stores = {graph_out[0]: handles["y"]} if not streams else {}
-    if "dx" in handles:
-        stores[backward.graph.outputs[0]] = handles["dx"]
-    fwd, bwd = batch_serialise_fwd_and_grad(
-        forward, backward, forward.args, config.steps, loads, streams, stores, rows=rows, io_mode="io"
-    )
     buffers = named_variable_buffers(state, rows, shard_over_dict=False)
     load, names = load_remote_graph(buffers)
-    stage = Stage(weights, fwd, bwd, state, optimizers, load, names, store_remote_graph(buffers))
+    stage = Stage(weights, step.forward, step.gradient, state, optimizers, load, names, store_remote_graph(buffers))
     stage.variables = [state.init_remote(buffers, row, prefix=f"{type(module).__name__}{row}") for row in range(rows)]
     return stage
 
@@ -271,18 +257,18 @@ def phased_program(config: Config) -> tuple[popxl.Ir, dict[str, Any], list[Stage
             ops.remote_store(seeds, j, popxl.constant(np.float32(config.loss_scaling)))
         embed = build_stage(
             Embed(width), [x_stream.spec], 1, config,
-            {"x": x_stream, "y": RemoteHandle(acts, 0), "dy": RemoteHandle(grads, 0)},
+            inputs=[x_stream], outputs=[RemoteHandle(acts, 0)], output_gradients=[RemoteHandle(grads, 0)],
         )  # fmt: skip
         # Called with row l, a block reads row l of the boundary buffers and writes row l + 1.
         block = build_stage(
             Block(width), [act], layers, config,
-            {"x": RemoteHandle(acts, 0), "y": RemoteHandle(acts, 1), "dy": RemoteHandle(grads, 1),
-             "dx": RemoteHandle(grads, 0)},
+            inputs=[RemoteHandle(acts, 0)], outputs=[RemoteHandle(acts, 1)],
+            output_gradients=[RemoteHandle(grads, 1)], input_gradient=RemoteHandle(grads, 0),
         )  # fmt: skip
         head = build_stage(
             Head(), [act, label_stream.spec], 1, config,
-            {"x": RemoteHandle(acts, layers), "extra": [label_stream], "y": loss_stream,
-             "dy": RemoteHandle(seeds, 0), "dx": RemoteHandle(grads, layers)},
+            inputs=[RemoteHandle(acts, layers), label_stream], outputs=[loss_stream],
+            output_gradients=[RemoteHandle(seeds, 0)], input_gradient=RemoteHandle(grads, layers),
         )  # fmt: skip
         embed.forward_phase(0)
         for layer in range(layers):

@@ -45,7 +45,11 @@ class Case:
     stores the first activation sharded across each tensor-parallel group.
     `remote_memories` lists the placements of remote buffers to check.
     `policy` gives activations' choices ("host", "recompute" or "keep") as
-    (name, choice) pairs, with `grad`.
+    (name, choice) pairs, with `grad`. With `planner_step`, the programs of
+    `grad` are the step the planner measures (the outputs to host and their
+    gradients from host, activations in host memory) rather than the
+    harness's (the output gradients through a remote buffer, the input
+    gradient to host).
     """
 
     name: str
@@ -65,6 +69,7 @@ class Case:
     rtol: float = 1e-5
     atol: float = 1e-5
     seed: int = 0
+    planner_step: bool = False
 
     def __post_init__(self) -> None:
         for mode in self.io_modes:
@@ -83,6 +88,8 @@ class Case:
                 )
         if self.grad and self.chain > 1:
             raise ValueError(f"Case {self.name!r}: chains are forward-only")
+        if self.planner_step and not self.grad:
+            raise ValueError(f"Case {self.name!r}: the planner's step has a gradient")
 
     def variants(self) -> list[Variant]:
         """Every combination of the case's settings."""

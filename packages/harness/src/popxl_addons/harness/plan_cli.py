@@ -94,6 +94,7 @@ def _check(plan: SerialisationPlan, args: argparse.Namespace, micro_shape: tuple
         rows=(1,),
         remote_memories=("host",),
         policy=tuple(sorted(plan.policy.items())),
+        planner_step=True,
         rtol=1e-4,
         atol=1e-4,
     )

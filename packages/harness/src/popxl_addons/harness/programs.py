@@ -9,21 +9,24 @@ import numpy as np
 
 import popxl
 from popxl import ops
-from popxl.transforms import ExpectedConnectionType
 from popxl_addons.core import (
     GraphWithNamedArgs,
     NamedTensors,
     NamedVariableFactories,
     RemoteHandle,
     apply_pre_alias_patterns,
-    autodiff_with_accumulation,
     batch_serial_buffer,
     batch_serialise,
-    batch_serialise_fwd_and_grad,
 )
+from popxl_addons.core.planning import (
+    Serialisation,
+    StepOptions,
+    buffer_from_stream,
+    build_training_step,
+    planned_serialisation,
+)
+from popxl_addons.core.planning.step import IO_TILES
 from popxl_addons.harness.cases import Variant
-
-IO_TILES = 32
 
 
 @dataclass
@@ -78,83 +81,78 @@ def _create(
     return args, graph, x
 
 
-def _accumulate(
-    variant: Variant, ir: popxl.Ir, graph: GraphWithNamedArgs
-) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
-    # Per-replica accumulators, so that every replica's gradients are compared.
-    groupings = None
-    if variant.layout.replication > 1:
-        own = ir.replica_grouping(group_size=1)
-        groupings = dict.fromkeys(graph.args.to_dict(), own)
-    return autodiff_with_accumulation(
-        graph, graph.args.tensors, grads_required=graph.graph.inputs[:1], replica_groupings=groupings
+def _training_step(variant: Variant, serialised: bool) -> Program:
+    """The variant's forward and gradient over its micro-batches, serialised or one call each."""
+    case, replication = variant.case, variant.layout.replication
+    if case.planner_step:
+        serialisation = planned_serialisation(variant.steps, variant.io_mode, dict(case.policy), variant.rows)
+        options = StepOptions(replication=replication)
+    else:
+        policy = dict(case.policy)
+        serialisation = Serialisation(steps=variant.steps, rows=variant.rows, io_mode=variant.io_mode, policy=policy)
+        options = StepOptions(
+            store_outputs=False,
+            input_gradient=True,
+            buffered_input=variant.load == "buffer",
+            buffered_gradients=True,
+            replication=replication,
+            shard_over=variant.layout.tp if case.shard_activation else 1,
+        )
+    step = build_training_step(
+        lambda: case.module(variant.layout),
+        popxl.TensorSpec(case.input_shape, popxl.float32),
+        micro_batches(variant),
+        serialisation if serialised else None,
+        options,
     )
+    program = Program(
+        step.ir, inputs=step.inputs, outputs=step.outputs, weights=step.weights, results=step.accumulators
+    )
+    if step.serialised is not None and step.gradient is not None:
+        program.compute, program.compute_grad = step.forward.graph, step.gradient.graph
+        program.serialised = step.serialised.forward.graph.graph
+        program.serialised_grad = step.serialised.gradient.graph.graph
+    return program
 
 
 def normal_program(variant: Variant) -> Program:
     """The module called once per micro-batch, unrolled, with no transform."""
+    if variant.case.grad:
+        return _training_step(variant, serialised=False)
     ir = _ir(variant)
     with ir.main_graph, popxl.in_sequence(True):
         args, graph, x = _create(variant)
         program = Program(ir, inputs={"x": x})
         program.weights = args.init()
         bound = graph.bind(program.weights)
-        if variant.case.grad:
-            dargs, dgraph = _accumulate(variant, ir, graph)
-            program.results = dargs.init()
-            dbound = dgraph.bind(program.results)
-            dy = popxl.h2d_stream(graph.graph.outputs[0].shape, popxl.float32, "dy")
-            program.inputs["dy"] = dy
-            dx = popxl.d2h_stream(x.shape, popxl.float32, "dx")
-            program.outputs["dx"] = dx
-            for _ in range(micro_batches(variant)):
-                site = bound.call_with_info(ops.host_load(x))
-                (g,) = dbound.call(ops.host_load(dy), args=dgraph.grad_graph_info.inputs_dict(site))
-                ops.host_store(dx, g)
-        else:
-            out = graph.graph.outputs[0]
-            y_stream = popxl.d2h_stream(out.shape, out.dtype, "y")
-            program.outputs["y"] = y_stream
-            for _ in range(micro_batches(variant)):
-                y = ops.host_load(x)
-                applications = variant.case.chain + variant.rows - 1 if variant.case.chain > 1 else 1
-                for _ in range(applications):
-                    (y,) = bound.call(y)
-                ops.host_store(y_stream, y)
+        out = graph.graph.outputs[0]
+        y_stream = popxl.d2h_stream(out.shape, out.dtype, "y")
+        program.outputs["y"] = y_stream
+        for _ in range(micro_batches(variant)):
+            y = ops.host_load(x)
+            applications = variant.case.chain + variant.rows - 1 if variant.case.chain > 1 else 1
+            for _ in range(applications):
+                (y,) = bound.call(y)
+            ops.host_store(y_stream, y)
     apply_pre_alias_patterns(ir)
     ir.num_host_transfers = micro_batches(variant)
     return program
 
 
-def _fill_buffer(
-    variant: Variant, buffer: popxl.RemoteBuffer, stream: popxl.HostToDeviceStream, group: Any = None
-) -> None:
-    for n in range(variant.rows):
-        for j in range(variant.steps):
-            value = ops.host_load(stream)
-            if group is not None:
-                value = ops.collectives.replica_sharded_slice(value, group)
-            ops.remote_store(buffer, n * variant.steps + j, value)
-
-
-def _input_handle(variant: Variant, graph: GraphWithNamedArgs, x: popxl.HostToDeviceStream) -> Any:
-    if variant.load == "stream":
-        return x
-    buffer = batch_serial_buffer(graph.graph.inputs[0], steps=variant.steps, rows=variant.rows)
-    _fill_buffer(variant, buffer, x)
-    return (buffer, 0)
+def _input_handle(variant: Variant, x: popxl.HostToDeviceStream) -> Any:
+    return x if variant.load == "stream" else buffer_from_stream(x, variant.steps, variant.rows)
 
 
 def serialised_program(variant: Variant) -> Program:
     """The module serialised with the variant's io_mode, steps, rows, stores and loads."""
+    if variant.case.grad:
+        return _training_step(variant, serialised=True)
     ir = _ir(variant)
     with ir.main_graph, popxl.in_sequence(True):
         args, graph, x = _create(variant)
         program = Program(ir, inputs={"x": x}, compute=graph.graph)
         program.weights = args.init()
-        if variant.case.grad:
-            _serialise_fwd_and_grad(variant, ir, program, graph, x)
-        elif variant.case.chain > 1:
+        if variant.case.chain > 1:
             _serialise_chain(variant, program, graph, x)
         else:
             _serialise_forward(variant, program, graph, x)
@@ -167,7 +165,7 @@ def _serialise_forward(
     variant: Variant, program: Program, graph: GraphWithNamedArgs, x: popxl.HostToDeviceStream
 ) -> None:
     x_in, y_out = graph.graph.inputs[0], graph.graph.outputs[0]
-    load = _input_handle(variant, graph, x)
+    load = _input_handle(variant, x)
     y_stream = popxl.d2h_stream(y_out.shape, y_out.dtype, "y")
     program.outputs["y"] = y_stream
     if variant.store == "stream":
@@ -208,66 +206,14 @@ def _serialise_chain(
     last.graph.bind(program.weights).call(0)
 
 
-def _serialise_fwd_and_grad(
-    variant: Variant,
-    ir: popxl.Ir,
-    program: Program,
-    graph: GraphWithNamedArgs,
-    x: popxl.HostToDeviceStream,
-) -> None:
-    dargs, dgraph = _accumulate(variant, ir, graph)
-    program.results = dargs.init()
-    dy_in = dgraph.graph.inputs[0]
-    dy = popxl.h2d_stream(dy_in.shape, popxl.float32, "dy")
-    dx = popxl.d2h_stream(x.shape, popxl.float32, "dx")
-    program.inputs["dy"], program.outputs["dx"] = dy, dx
-    shard_group = None
-    store_buffers: dict[popxl.Tensor, Any] = {}
-    if variant.case.shard_activation and variant.layout.tp > 1:
-        shard_group = ir.replica_grouping(stride=1, group_size=variant.layout.tp)
-        activations = [
-            ec.fwd_tensor
-            for ec in dgraph.grad_graph_info.expected_inputs
-            if ec.connection_type is ExpectedConnectionType.Fwd and ec.fwd_tensor not in graph.args.tensors
-        ]
-        store_buffers[activations[0]] = shard_group
-    dy_buffer = batch_serial_buffer(dy_in, steps=variant.steps, rows=variant.rows, shard_group=shard_group)
-    load = _input_handle(variant, graph, x)
-    _fill_buffer(variant, dy_buffer, dy, shard_group)
-    fwd, grad = batch_serialise_fwd_and_grad(
-        graph,
-        dgraph,
-        graph.args,
-        variant.steps,
-        load_handles={graph.graph.inputs[0]: load, dy_in: (dy_buffer, 0, shard_group)},
-        store_streams={dgraph.graph.outputs[0]: dx},
-        store_buffers=store_buffers,
-        rows=variant.rows,
-        io_mode=variant.io_mode,
-        policy=dict(variant.case.policy),
-    )
-    program.serialised = fwd.graph.graph
-    program.serialised_grad, program.compute_grad = grad.graph.graph, dgraph.graph
-    # Kept activations' stacks: variables both serialised graphs are bound to (not weights, which get random data).
-    fwd_vars = program.weights.copy()
-    fwd_vars.update(fwd.kept.init())
-    grad_vars = program.results.copy()
-    grad_vars.update(fwd_vars)
-    fwd_bound = fwd.graph.bind(fwd_vars)
-    grad_bound = grad.graph.bind(grad_vars)
-    for n in range(variant.rows):
-        fwd_bound.call(n)
-        grad_bound.call(n)
-
-
 def host_data(variant: Variant, program: Program, rng: np.random.Generator) -> dict[str, np.ndarray[Any, Any]]:
-    """Random data for every input stream: per replica for x, shared by all replicas for dy."""
+    """Random data for every input stream: per replica for x, shared by all replicas for the output gradients."""
     count, replicas = micro_batches(variant), variant.layout.replication
     data = {}
     for name, stream in program.inputs.items():
         shape = stream.shape
         values = rng.normal(size=(count, replicas, *shape)).astype(np.float32)
-        if name == "dy":
+        if name.startswith("dy"):
             values = np.repeat(values[:, :1], replicas, axis=1)
         data[name] = values
     return data

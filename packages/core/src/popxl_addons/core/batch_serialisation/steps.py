@@ -15,7 +15,7 @@ from popxl_addons.core.rts import gather_replica_sharded
 Values = dict[popxl.Tensor, popxl.Tensor]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepIO:
     """One micro-batch step of a compute graph: what it loads, passes through and stores."""
 

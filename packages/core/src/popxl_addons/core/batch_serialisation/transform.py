@@ -134,15 +134,15 @@ def batch_serialise(
             t: popxl.graph_input((steps * rows, *t.shape), t.dtype, name, by_ref=True) for t, name in keep.items()
         }
         io = StepIO(
-            compute,
-            steps,
-            load_handles,
-            store_streams,
-            store_buffers,
-            loaded,
-            passed,
-            stored,
-            seed_input,
+            compute=compute,
+            steps=steps,
+            load_handles=load_handles,
+            store_streams=store_streams,
+            store_buffers=store_buffers,
+            loaded=loaded,
+            passed=passed,
+            stored=stored,
+            seed_input=seed_input,
             on_io_tiles=io_mode != "compute",
             kept=stacks,
         )

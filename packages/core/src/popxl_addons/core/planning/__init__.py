@@ -1,5 +1,27 @@
-"""Planning batch serialisation for a device-memory budget."""
+"""Planning batch serialisation for a device-memory budget, and the training step it plans."""
 
 from popxl_addons.core.planning.plan import SerialisationPlan, host_bandwidth, plan_batch_serialisation
+from popxl_addons.core.planning.programs import planned_serialisation
+from popxl_addons.core.planning.step import (
+    Serialisation,
+    SerialisedStep,
+    StepOptions,
+    TrainingStep,
+    buffer_from_stream,
+    build_training_step,
+    serialise_step,
+)
 
-__all__ = ["SerialisationPlan", "host_bandwidth", "plan_batch_serialisation"]
+__all__ = [
+    "Serialisation",
+    "SerialisationPlan",
+    "SerialisedStep",
+    "StepOptions",
+    "TrainingStep",
+    "buffer_from_stream",
+    "build_training_step",
+    "host_bandwidth",
+    "plan_batch_serialisation",
+    "planned_serialisation",
+    "serialise_step",
+]

@@ -35,7 +35,7 @@ EXHAUSTIVE_LIMIT = 3**8
 HELD = "recomputed activations held together"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepFigures:
     """What the planner knows of one micro-batch for a given `steps`.
 

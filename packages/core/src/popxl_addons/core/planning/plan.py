@@ -14,12 +14,20 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl.units import format_bytes as _size
-from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult, batch_serialise_fwd_and_grad
+from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult
 from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
 from popxl_addons.core.planning.model import HELD, Estimate, StepFigures, estimate, max_held, search
-from popxl_addons.core.planning.programs import flops, measure, micro_batch_spec, serialised_program, step_program
+from popxl_addons.core.planning.programs import (
+    flops,
+    measure,
+    micro_batch_spec,
+    planned_serialisation,
+    serialised_program,
+    step_program,
+)
+from popxl_addons.core.planning.step import Serialisation
 
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4
@@ -67,7 +75,7 @@ def _policy(policy: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{counts[c]} {c}" for c in ("host", "recompute", "keep") if counts[c]) + "}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SerialisationPlan:
     """A batch-serialisation plan within a device-memory budget, with the evidence for it.
 
@@ -142,20 +150,19 @@ class SerialisationPlan:
     ) -> tuple[BatchSerialResult, BatchSerialResult]:
         """`batch_serialise_fwd_and_grad` with this plan's steps, io_mode and policy, its "host" activations
         in host memory whatever the Session's `remote_memory` (the plan's figures count them there)."""
-        return batch_serialise_fwd_and_grad(
+        return self.serialisation(rows).serialise(
             forward_graph,
             gradient_graph,
             named_inputs_for_grad_graph,
-            self.steps,
             load_handles,
             store_streams,
             store_buffers,
             seed_input,
-            rows,
-            self.io_mode,
-            self.policy,
-            activation_memory="host",
         )
+
+    def serialisation(self, rows: int = 1) -> Serialisation:
+        """This plan's serialisation over `rows` rows, as the planner measured it (over one)."""
+        return planned_serialisation(self.steps, self.io_mode, self.policy, rows)
 
 
 def _divisors(n: int) -> list[int]:
@@ -250,15 +257,15 @@ def calibrate(
         seconds = _between(mb, mb0, mb1, points[few][1], points[most][1])
         figures.append(
             StepFigures(
-                steps,
-                int(device_bytes),
-                seconds,
-                share,
-                program.activation_bytes,
-                program.input_bytes,
-                program.variable_bytes,
-                None if overlapped is None else int(overlapped[0] * most / steps),
-                None if overlapped is None else overlapped[1],
+                steps=steps,
+                device_bytes=int(device_bytes),
+                seconds=seconds,
+                forward_share=share,
+                activation_bytes=program.activation_bytes,
+                input_bytes=program.input_bytes,
+                variable_bytes=program.variable_bytes,
+                overlapped_bytes=None if overlapped is None else int(overlapped[0] * most / steps),
+                overlapped_ratio=None if overlapped is None else overlapped[1],
             )
         )
     return figures
@@ -339,17 +346,17 @@ def plan_batch_serialisation(
         if measured <= budget:
             fig = next(f for f in figures if f.steps == candidate.steps)
             return SerialisationPlan(
-                candidate.steps,
-                candidate.io_mode,
-                dict(candidate.policy),
-                candidate.device_bytes,
-                candidate.seconds,
-                measured,
-                budget,
-                fig,
-                rate,
-                remaining[0] if remaining else None,
-                rejected,
+                steps=candidate.steps,
+                io_mode=candidate.io_mode,
+                policy=dict(candidate.policy),
+                predicted_device_bytes=candidate.device_bytes,
+                predicted_seconds=candidate.seconds,
+                measured_device_bytes=measured,
+                budget_bytes=budget,
+                figures=fig,
+                bandwidth=rate,
+                runner_up=remaining[0] if remaining else None,
+                rejected=rejected,
             )
         rejected.append((candidate, measured))
         # The model under-predicted: for plans of the same kind, what it predicts next is taken as that much

@@ -1,9 +1,10 @@
 """The programs the planner compiles: one micro-batch step, its forward alone, and the serialised batch.
 
-Each takes the module's one input and the gradient of each of its outputs from
-host streams, stores the module's outputs to host streams (as a program that
-uses them would: otherwise XLA drops a forward whose activations are all
-recomputed), and accumulates the gradients of every variable.
+Each is `build_training_step`'s plain step (`StepOptions()`, as `plan --check`
+builds it too): it takes the module's one input and the gradient of each of its
+outputs from host streams, stores the module's outputs to host streams (as a
+program that uses them would: otherwise XLA drops a forward whose activations
+are all recomputed), and accumulates the gradients of every variable.
 """
 
 from __future__ import annotations
@@ -17,18 +18,14 @@ from typing import Any
 import numpy as np
 
 import popxl
-from popxl import ops
 from popxl.lowering import fit
-from popxl.transforms import ExpectedConnectionType
 from popxl.units import format_bytes
-from popxl_addons.core.autodiff import autodiff_with_accumulation
-from popxl_addons.core.batch_serialisation import batch_serialise_fwd_and_grad
 from popxl_addons.core.batch_serialisation.policy import serialisable_activations
-from popxl_addons.core.graph import GraphWithNamedArgs
 from popxl_addons.core.module import Module
 from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.planning.step import IO_TILES as IO_TILES
+from popxl_addons.core.planning.step import Serialisation, StepOptions, TrainingStep, build_training_step
 
-IO_TILES = 32
 Array = np.ndarray[Any, Any]
 
 
@@ -59,35 +56,10 @@ class StepProgram:
     variable_bytes: int = 0
 
 
-@dataclass
-class _Graphs:
-    """A fresh module's forward and gradient graphs, with the streams that feed them."""
-
-    x: popxl.HostToDeviceStream
-    args: Any
-    graph: GraphWithNamedArgs
-    dargs: Any
-    dgraph: GraphWithNamedArgs
-    grads: list[popxl.HostToDeviceStream]
-    outputs: list[popxl.Tensor]
-
-
-def _graphs(make_module: Callable[[], Module], spec: popxl.TensorSpec) -> _Graphs:
-    x = popxl.h2d_stream(spec.shape, spec.dtype, "x")
-    module = make_module()
-    if not isinstance(module, Module):
-        raise TypeError(f"make_module() returned {type(module).__name__}, not a popxl_addons Module")
-    args, graph = module.create_graph(x.spec)
-    # Autodiff adds the activations the gradient needs as outputs: the module's own are those before it.
-    outputs = list(graph.graph.outputs)
-    dargs, dgraph = autodiff_with_accumulation(graph, graph.args.tensors)
-    info = dgraph.grad_graph_info
-    grads = [
-        popxl.h2d_stream(t.shape, t.dtype, f"d{i}")
-        for i, (t, ec) in enumerate(zip(dgraph.graph.inputs, info.expected_inputs))
-        if ec.connection_type is ExpectedConnectionType.FwdGrad
-    ]
-    return _Graphs(x, args, graph, dargs, dgraph, grads, outputs)
+def planned_serialisation(steps: int, io_mode: str, policy: Mapping[str, str], rows: int = 1) -> Serialisation:
+    """A plan's serialisation: its "host" activations in host memory whatever the Session's `remote_memory`,
+    where the planner measures them."""
+    return Serialisation(steps=steps, rows=rows, io_mode=io_mode, policy=dict(policy), activation_memory="host")
 
 
 def _feeds(
@@ -116,38 +88,27 @@ def _feeds(
     return out
 
 
-def _new_ir() -> popxl.Ir:
-    ir = popxl.Ir()
-    ir.session_options.numIOTiles = IO_TILES
-    return ir
-
-
-def _describe(program: StepProgram, graph: GraphWithNamedArgs, dgraph: GraphWithNamedArgs) -> StepProgram:
-    """`program` with the bytes of one micro-batch's activations, forward inputs and variables filled in."""
-    named = graph.args
-    activations = serialisable_activations(dgraph.grad_graph_info, named)
-    program.activation_bytes = {name: nbytes(t) for name, t in activations.items()}
-    program.input_bytes = {t.name: nbytes(t) for t in graph.graph.inputs if t not in set(named.tensors)}
-    program.variable_bytes = sum(nbytes(t) for t in program.accumulators.tensors)
+def _program(step: TrainingStep, feeds: dict[popxl.HostToDeviceStream, Array]) -> StepProgram:
+    """The planner's view of `step`: with the bytes of one micro-batch's activations, forward inputs and
+    variables filled in."""
+    weights = step.weights.copy()
+    weights.update(step.kept)
+    accumulators = step.accumulators.copy()
+    accumulators.update(weights)
+    program = StepProgram(step.ir, feeds, accumulators, weights)
+    named = step.forward.args
+    if step.gradient is not None:
+        activations = serialisable_activations(step.gradient.grad_graph_info, named)
+        program.activation_bytes = {name: nbytes(t) for name, t in activations.items()}
+    program.input_bytes = {t.name: nbytes(t) for t in step.forward.graph.inputs if t not in set(named.tensors)}
+    program.variable_bytes = sum(nbytes(t) for t in accumulators.tensors)
     return program
 
 
 def step_program(make_module: Callable[[], Module], spec: popxl.TensorSpec, gradient: bool = True) -> StepProgram:
     """One micro-batch: the forward graph, then (when `gradient`) the gradient graph on its activations."""
-    ir = _new_ir()
-    with ir.main_graph, popxl.in_sequence(True):
-        g = _graphs(make_module, spec)
-        weights = g.args.init()
-        accums = g.dargs.init() if gradient else NamedTensors()
-        accums.update(weights)
-        site = g.graph.bind(weights).call_with_info(ops.host_load(g.x))
-        for i, out in enumerate(site.outputs[: len(g.outputs)]):
-            ops.host_store(popxl.d2h_stream(out.shape, out.dtype, f"y{i}"), out)
-        if gradient:
-            feeds = {t: ops.host_load(s) for t, s in zip(g.dgraph.graph.inputs, g.grads)}
-            g.dgraph.bind(accums).call(args={**feeds, **g.dgraph.grad_graph_info.inputs_dict(site)})
-    streams = [g.x, *g.grads] if gradient else [g.x]
-    return _describe(StepProgram(ir, _feeds(streams, 1), accums, weights), g.graph, g.dgraph)
+    step = build_training_step(make_module, spec, 1, options=StepOptions(gradient=gradient))
+    return _program(step, _feeds(list(step.inputs.values()), 1))
 
 
 def serialised_program(
@@ -160,41 +121,13 @@ def serialised_program(
 ) -> StepProgram:
     """The whole batch: `steps` micro-batches of `spec` through `batch_serialise_fwd_and_grad`.
 
-    `data` may give the feeds ("x", and "d0", "d1"... for the output
+    `data` may give the feeds ("x", and "dy0", "dy1"... for the output
     gradients), each `(steps, *shape)` (without the lead for one step).
     """
-    ir = _new_ir()
-    with ir.main_graph, popxl.in_sequence(True):
-        g = _graphs(make_module, spec)
-        grad_inputs = [
-            t
-            for t, ec in zip(g.dgraph.graph.inputs, g.dgraph.grad_graph_info.expected_inputs)
-            if ec.connection_type is ExpectedConnectionType.FwdGrad
-        ]
-        load_handles: dict[popxl.Tensor, Any] = {g.graph.graph.inputs[0]: g.x, **dict(zip(grad_inputs, g.grads))}
-        store_streams = {out: popxl.d2h_stream(out.shape, out.dtype, f"y{i}") for i, out in enumerate(g.outputs)}
-        fwd, grad = batch_serialise_fwd_and_grad(
-            g.graph,
-            g.dgraph,
-            g.graph.args,
-            steps,
-            load_handles,
-            store_streams,
-            {},
-            io_mode=io_mode,
-            policy=dict(policy),
-            activation_memory="host",
-        )
-        weights = g.args.init()
-        weights.update(fwd.kept.init())
-        accums = g.dargs.init()
-        accums.update(weights)
-        fwd.graph.bind(weights).call(0)
-        grad.graph.bind(accums).call(0)
-    ir.num_host_transfers = steps
-    streams = [g.x, *g.grads]
-    feeds = _feeds(streams, steps) if data is None else {s: np.asarray(data[s.tensor_id]) for s in streams}
-    return _describe(StepProgram(ir, feeds, accums, weights), g.graph, g.dgraph)
+    step = build_training_step(make_module, spec, steps, planned_serialisation(steps, io_mode, policy))
+    streams = list(step.inputs.values())
+    feeds = _feeds(streams, steps) if data is None else {s: np.asarray(data[n]) for n, s in step.inputs.items()}
+    return _program(step, feeds)
 
 
 def flops(program: StepProgram, device: str) -> float:
