@@ -41,7 +41,7 @@ from popxl_addons.core import (
     to_mapping,
     uses_fc_pass,
 )
-from popxl_addons.core.graph_common import normalise_called_graphs_grad_info
+from popxl_addons.core.modules.graph_common import normalise_called_graphs_grad_info
 
 RNG = np.random.default_rng(11)
 

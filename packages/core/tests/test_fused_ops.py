@@ -14,9 +14,9 @@ import popxl
 import popxl_addons as addons
 from popxl.op import REGISTRY
 from popxl.test_util import OpExample, check_op, float16_errors
-from popxl_addons.core.cross_entropy import cross_entropy, cross_entropy_with_grad
-from popxl_addons.core.grad_reduce_square_add import grad_reduce_square_add
-from popxl_addons.core.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables
+from popxl_addons.core.ops.cross_entropy import cross_entropy, cross_entropy_with_grad
+from popxl_addons.core.ops.grad_reduce_square_add import grad_reduce_square_add
+from popxl_addons.core.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables
 
 RNG = np.random.default_rng(7)
 
@@ -114,7 +114,7 @@ EXAMPLES: dict[str, Callable[[popxl.Ir], OpExample]] = {
 
 
 def test_every_op_kind_of_these_modules_has_an_example() -> None:
-    modules = {"popxl_addons.core.rotary_pos_embed", "popxl_addons.core.grad_reduce_square_add"}
+    modules = {"popxl_addons.core.ops.rotary_pos_embed", "popxl_addons.core.ops.grad_reduce_square_add"}
     ours = {name for name, opdef in REGISTRY.items() if opdef.lower.__module__ in modules}
     assert ours == set(EXAMPLES)
 

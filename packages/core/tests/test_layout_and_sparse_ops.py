@@ -16,7 +16,7 @@ from popxl.test_util import OpExample, check_op, float16_errors
 from popxl_addons.core import dense_const_sparse_matmul, linear_layout, random_sparse
 
 RNG = np.random.default_rng(5)
-MODULES = {"popxl_addons.core.linear_layout", "popxl_addons.core.static_sparse_ops"}
+MODULES = {"popxl_addons.core.ops.linear_layout", "popxl_addons.core.ops.static_sparse_ops"}
 
 Array = np.ndarray[Any, Any]
 

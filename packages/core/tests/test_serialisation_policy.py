@@ -18,7 +18,7 @@ from popxl_addons.core import (
     batch_serial_buffer,
     batch_serialise_fwd_and_grad,
 )
-from popxl_addons.core.batch_serialisation.policy import serialisable_activations
+from popxl_addons.core.transforms.batch_serialisation.policy import serialisable_activations
 
 POLICIES: dict[str, dict[str, str]] = {
     "host": {},

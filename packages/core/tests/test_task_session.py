@@ -24,7 +24,7 @@ from popxl_addons.core import (
     VariableFactory,
     initialise_memmap_dir_from_checkpoint,
 )
-from popxl_addons.core.task_session import IncompleteCheckpointError, mark_checkpoint_complete
+from popxl_addons.core.session.task_session import IncompleteCheckpointError, mark_checkpoint_complete
 
 W = np.arange(4, dtype=np.float32)
 

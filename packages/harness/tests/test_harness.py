@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import popxl
-from popxl_addons.core.batch_serialisation import handles
+from popxl_addons.core.transforms.batch_serialisation import handles
 from popxl_addons.harness import BUILTIN_CASES, Case, Layout, check
 from popxl_addons.harness.cli import main
 from popxl_addons.harness.programs import serialised_program

@@ -16,7 +16,7 @@ import pytest
 import popxl
 import popxl_addons.layers.init as init
 from popxl_addons.core import Module, named_variable_buffers
-from popxl_addons.core.variable_factory import SizedSource, VariableFactory
+from popxl_addons.core.modules.variable_factory import SizedSource, VariableFactory
 from popxl_addons.layers import Embedding, Linear
 from popxl_addons.layers.init import TruncatedNormal, truncated_normal
 

@@ -1,6 +1,11 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.graph_common`, re-exporting the names of `popxl_addons.core.graph_common`."""
+"""popxl-addons' `popxl_addons.graph_common`, re-exporting the names of `popxl_addons.core.modules.graph_common`."""
 
-from popxl_addons.core.graph_common import CalledGraphsGradInfo, CalledGraphsGradInfoLike, GradGraphInfoLike, GraphLike
+from popxl_addons.core.modules.graph_common import (
+    CalledGraphsGradInfo,
+    CalledGraphsGradInfoLike,
+    GradGraphInfoLike,
+    GraphLike,
+)
 
 __all__ = ["GraphLike", "GradGraphInfoLike", "CalledGraphsGradInfoLike", "CalledGraphsGradInfo"]

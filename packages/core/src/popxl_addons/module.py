@@ -1,6 +1,6 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.module`, re-exporting the names of `popxl_addons.core.module`."""
+"""popxl-addons' `popxl_addons.module`, re-exporting the names of `popxl_addons.core.modules.module`."""
 
-from popxl_addons.core.module import Module, NameScopeMeta, create_grad_graph_info
+from popxl_addons.core.modules.module import Module, NameScopeMeta, create_grad_graph_info
 
 __all__ = ["Module", "NameScopeMeta", "create_grad_graph_info"]

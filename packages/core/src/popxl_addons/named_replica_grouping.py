@@ -2,7 +2,7 @@
 """popxl-addons' `popxl_addons.named_replica_grouping`: with one instance (one process) the instance groupings are the
 groupings themselves; the IPU-Link-Domain ones only group replicas."""
 
-from popxl_addons.core.named_replica_grouping import (
+from popxl_addons.core.modules.named_replica_grouping import (
     NamedReplicaGrouping,
     fill_none_group,
     get_ild_replica_grouping,

@@ -1,6 +1,6 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.patterns`, re-exporting the names of `popxl_addons.core.patterns`."""
+"""popxl-addons' `popxl_addons.patterns`, re-exporting the names of `popxl_addons.core.transforms.patterns`."""
 
-from popxl_addons.core.patterns import apply_pre_alias_patterns, patterns_level
+from popxl_addons.core.transforms.patterns import apply_pre_alias_patterns, patterns_level
 
 __all__ = ["apply_pre_alias_patterns", "patterns_level"]

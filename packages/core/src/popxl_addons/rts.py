@@ -1,7 +1,7 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.rts`, re-exporting the names of `popxl_addons.core.rts`."""
+"""popxl-addons' `popxl_addons.rts`, re-exporting the names of `popxl_addons.core.remote.rts`."""
 
-from popxl_addons.core.rts import (
+from popxl_addons.core.remote.rts import (
     all_gather_replica_sharded_graph,
     gather_replica_sharded_tensor,
     reduce_replica_sharded_graph,

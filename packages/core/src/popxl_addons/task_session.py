@@ -1,7 +1,7 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.task_session`, re-exporting the names of `popxl_addons.core.task_session`."""
+"""popxl-addons' `popxl_addons.task_session`, re-exporting the names of `popxl_addons.core.session.task_session`."""
 
-from popxl_addons.core.task_session import (
+from popxl_addons.core.session.task_session import (
     NamedTensorData,
     TaskSession,
     initialise_memmap_dir_from_checkpoint,

@@ -1,7 +1,8 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.variable_factory`, re-exporting the names of `popxl_addons.core.variable_factory`."""
+"""popxl-addons' `popxl_addons.variable_factory`, re-exporting the names of
+`popxl_addons.core.modules.variable_factory`."""
 
-from popxl_addons.core.variable_factory import (
+from popxl_addons.core.modules.variable_factory import (
     NamedVariableFactories,
     VariableFactory,
     add_replica_sharded_variable_input,

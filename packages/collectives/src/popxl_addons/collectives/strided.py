@@ -27,7 +27,7 @@ from popxl import ops
 from popxl.extension import REGISTRY, create_op
 from popxl_addons.collectives.all_reduce_tp import create_all_reduce
 from popxl_addons.core import GraphWithNamedArgs, NamedTensors
-from popxl_addons.core.graph import graph_per_tensor
+from popxl_addons.core.modules.graph import graph_per_tensor
 
 STRIDED_OPS = ("add", "mean")
 _KIND = "replicated_all_reduce_strided"

@@ -9,7 +9,7 @@ import numpy as np
 
 import popxl
 from popxl import ops
-from popxl_addons.core.module import Module
+from popxl_addons.core.modules.module import Module
 
 
 class AdamOptimizerStep(Module):

@@ -1,6 +1,6 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.ops.streams`, re-exporting the names of `popxl_addons.core.streams`."""
+"""popxl-addons' `popxl_addons.ops.streams`, re-exporting the names of `popxl_addons.core.session.streams`."""
 
-from popxl_addons.core.streams import host_load, host_store
+from popxl_addons.core.session.streams import host_load, host_store
 
 __all__ = ["host_load", "host_store"]

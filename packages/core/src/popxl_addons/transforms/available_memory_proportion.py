@@ -2,7 +2,7 @@
 """popxl-addons' `popxl_addons.transforms.available_memory_proportion`: the proportions are recorded on the ops and
 change nothing off an IPU."""
 
-from popxl_addons.core.available_memory import (
+from popxl_addons.core.transforms.available_memory import (
     set_available_memory_proportion_by_ipu,
     set_graph_available_memory_proportion_by_ipu,
 )

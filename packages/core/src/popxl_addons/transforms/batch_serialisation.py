@@ -1,8 +1,8 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
 """popxl-addons' `popxl_addons.transforms.batch_serialisation`, re-exporting the names of
-`popxl_addons.core.batch_serialisation`."""
+`popxl_addons.core.transforms.batch_serialisation`."""
 
-from popxl_addons.core.batch_serialisation import (
+from popxl_addons.core.transforms.batch_serialisation import (
     BatchSerialResult,
     RemoteHandle,
     batch_serial_buffer,

@@ -4,7 +4,13 @@
 `NotImplementedHereError`)."""
 
 from popxl_addons._not_implemented import not_implemented
-from popxl_addons.core.pipelining import Restore, StageContext, Stash, get_op_pipeline_stage, pipelined_execution
+from popxl_addons.core.transforms.pipelining import (
+    Restore,
+    StageContext,
+    Stash,
+    get_op_pipeline_stage,
+    pipelined_execution,
+)
 
 __all__ = ["pipelined_execution", "StageContext", "Stash", "Restore", "get_op_pipeline_stage"]
 

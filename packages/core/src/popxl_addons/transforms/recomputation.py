@@ -1,7 +1,7 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
 """popxl-addons' `popxl_addons.transforms.recomputation`, re-exporting the names of
-`popxl_addons.core.recomputation`."""
+`popxl_addons.core.transforms.recomputation`."""
 
-from popxl_addons.core.recomputation import add_recompute_inputs, recompute_graph
+from popxl_addons.core.transforms.recomputation import add_recompute_inputs, recompute_graph
 
 __all__ = ["add_recompute_inputs", "recompute_graph"]

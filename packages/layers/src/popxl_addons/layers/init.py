@@ -71,7 +71,8 @@ def truncated_normal(
 
 class TruncatedNormal:
     """`truncated_normal` as a variable factory's data source: it states its shape and dtype, so the factory
-    draws only when it makes a variable, once per variable (a `popxl_addons.core.variable_factory.SizedSource`)."""
+    draws only when it makes a variable, once per variable (a
+    `popxl_addons.core.modules.variable_factory.SizedSource`)."""
 
     def __init__(
         self,

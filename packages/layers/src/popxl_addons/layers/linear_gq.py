@@ -18,7 +18,7 @@ import numpy as np
 
 import popxl
 from popxl_addons.core import Module, WeightsDict, group_quantize_compress_numpy, group_quantize_decompress
-from popxl_addons.core.group_quantize import IDS_PER_WORD
+from popxl_addons.core.ops.group_quantize import IDS_PER_WORD
 
 __all__ = ["LinearGQ"]
 

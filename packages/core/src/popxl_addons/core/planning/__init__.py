@@ -1,4 +1,7 @@
-"""Planning batch serialisation for a device-memory budget, and the training step it plans."""
+"""Planning batch serialisation for a device-memory budget, the training step it plans, and a program's FLOPs.
+
+The FLOP estimates (performance_utils.py) are imported by their path.
+"""
 
 from popxl_addons.core.planning.plan import SerialisationPlan, host_bandwidth, plan_batch_serialisation
 from popxl_addons.core.planning.programs import planned_serialisation

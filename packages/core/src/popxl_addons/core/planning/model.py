@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from popxl_addons.core.batch_serialisation.policy import CHOICES
+from popxl_addons.core.transforms.batch_serialisation.policy import CHOICES
 
 # Above this many policies per (steps, io_mode), the search is greedy rather than exhaustive.
 EXHAUSTIVE_LIMIT = 3**8

@@ -14,10 +14,9 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl.units import format_bytes as _size
-from popxl_addons.core.batch_serialisation import IO_MODES, BatchSerialResult
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.module import Module
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.module import Module
+from popxl_addons.core.modules.named_tensors import NamedTensors
 from popxl_addons.core.planning.model import HELD, Estimate, StepFigures, estimate, max_held, search
 from popxl_addons.core.planning.programs import (
     flops,
@@ -28,6 +27,7 @@ from popxl_addons.core.planning.programs import (
     step_program,
 )
 from popxl_addons.core.planning.step import Serialisation
+from popxl_addons.core.transforms.batch_serialisation import IO_MODES, BatchSerialResult
 
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4

@@ -20,11 +20,11 @@ import numpy as np
 import popxl
 from popxl.lowering import fit
 from popxl.units import format_bytes
-from popxl_addons.core.batch_serialisation.policy import serialisable_activations
-from popxl_addons.core.module import Module
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.modules.module import Module
+from popxl_addons.core.modules.named_tensors import NamedTensors
 from popxl_addons.core.planning.step import IO_TILES as IO_TILES
 from popxl_addons.core.planning.step import Serialisation, StepOptions, TrainingStep, build_training_step
+from popxl_addons.core.transforms.batch_serialisation.policy import serialisable_activations
 
 Array = np.ndarray[Any, Any]
 

@@ -15,21 +15,21 @@ from typing import Any
 import popxl
 from popxl import ops
 from popxl.transforms import ExpectedConnectionType
-from popxl_addons.core.autodiff import autodiff_with_accumulation
-from popxl_addons.core.batch_serialisation import (
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.module import Module
+from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGrouping
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.modules.variable_factory import NamedVariableFactories
+from popxl_addons.core.transforms.autodiff import autodiff_with_accumulation
+from popxl_addons.core.transforms.batch_serialisation import (
     BatchSerialResult,
     RemoteHandle,
     batch_serial_buffer,
     batch_serialise_fwd_and_grad,
 )
-from popxl_addons.core.batch_serialisation.policy import Policy, serialisable_activations
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.module import Module
-from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.patterns import apply_pre_alias_patterns
-from popxl_addons.core.recomputation import recompute_graph
-from popxl_addons.core.variable_factory import NamedVariableFactories
+from popxl_addons.core.transforms.batch_serialisation.policy import Policy, serialisable_activations
+from popxl_addons.core.transforms.patterns import apply_pre_alias_patterns
+from popxl_addons.core.transforms.recomputation import recompute_graph
 
 IO_TILES = 32
 Load = popxl.HostToDeviceStream | RemoteHandle

@@ -1,7 +1,7 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.fp8_mse_scale.fp8_mse_scale`, re-exporting the names of
-`popxl_addons.core.fp8_scale`."""
+`popxl_addons.core.ops.fp8_scale`."""
 
-from popxl_addons.core.fp8_scale import fp8_mse_scale
+from popxl_addons.core.ops.fp8_scale import fp8_mse_scale
 
 __all__ = ["fp8_mse_scale"]

@@ -1,8 +1,8 @@
 # Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress`, re-exporting the names of
-`popxl_addons.core.group_quantize`."""
+`popxl_addons.core.ops.group_quantize`."""
 
-from popxl_addons.core.group_quantize import (
+from popxl_addons.core.ops.group_quantize import (
     group_quantize_compress_numpy,
     group_quantize_decompress,
     group_quantize_decompress_numpy,

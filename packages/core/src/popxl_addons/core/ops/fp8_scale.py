@@ -39,7 +39,7 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl.extension import Attrs, LoweringContext, OpDef, create_op, register
-from popxl_addons.core.fp8_formats import float8_def, ieee_fp16_denorms, ieee_fp32_no_denorms
+from popxl_addons.core.ops.fp8_formats import float8_def, ieee_fp16_denorms, ieee_fp32_no_denorms
 
 __all__ = ["fp8_amax_scale", "fp8_mse_scale"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import popxl
 from popxl.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
-from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
+from popxl_addons.core.modules.graph import BoundGraph, GraphWithNamedArgs
 
 
 def add_recompute_inputs(

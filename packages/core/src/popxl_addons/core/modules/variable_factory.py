@@ -12,9 +12,9 @@ import numpy as np
 
 import popxl
 from popxl import ops
-from popxl_addons.core.dot_tree import DotTree
-from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.modules.dot_tree import DotTree
+from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGrouping
+from popxl_addons.core.modules.named_tensors import NamedTensors
 
 # The host values a factory takes (popxl-addons' `host_scalar_tensor_types`: Python and NumPy scalars and
 # NumPy arrays; popxl-addons adds torch tensors, which this project's factories do not take).

@@ -9,10 +9,10 @@ from typing import Any, Protocol
 import popxl
 from popxl import ops
 from popxl.transforms import GradGraphInfo
-from popxl_addons.core.autodiff_patterns import autodiff_with_patterns
-from popxl_addons.core.building import Aux
-from popxl_addons.core.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.modules.autodiff_patterns import autodiff_with_patterns
+from popxl_addons.core.modules.building import Aux
+from popxl_addons.core.modules.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
+from popxl_addons.core.modules.named_tensors import NamedTensors
 
 
 class BoundGraph:

@@ -16,20 +16,20 @@ import numpy as np
 
 import popxl
 from popxl.transforms import ExpectedConnectionType
-from popxl_addons.core.batch_serialisation.buffers import batch_serial_buffer
-from popxl_addons.core.batch_serialisation.handles import RemoteHandle, normalise
-from popxl_addons.core.batch_serialisation.policy import (
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.modules.variable_factory import NamedVariableFactories, VariableFactory
+from popxl_addons.core.transforms.batch_serialisation.buffers import batch_serial_buffer
+from popxl_addons.core.transforms.batch_serialisation.handles import RemoteHandle, normalise
+from popxl_addons.core.transforms.batch_serialisation.policy import (
     Policy,
     kept_arg_name,
     resolve_policy,
     serialisable_activations,
 )
-from popxl_addons.core.batch_serialisation.recompute import recompute_activations
-from popxl_addons.core.batch_serialisation.result import BatchSerialResult
-from popxl_addons.core.batch_serialisation.transform import batch_serialise
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory
+from popxl_addons.core.transforms.batch_serialisation.recompute import recompute_activations
+from popxl_addons.core.transforms.batch_serialisation.result import BatchSerialResult
+from popxl_addons.core.transforms.batch_serialisation.transform import batch_serialise
 
 
 def _name_of(named: NamedTensors, t: popxl.Tensor) -> str | None:

@@ -7,11 +7,11 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import popxl
-from popxl_addons.core.batch_serialisation import schedules
-from popxl_addons.core.batch_serialisation.handles import RemoteHandle, normalise
-from popxl_addons.core.batch_serialisation.result import BatchSerialResult
-from popxl_addons.core.batch_serialisation.steps import StepIO
-from popxl_addons.core.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.transforms.batch_serialisation import schedules
+from popxl_addons.core.transforms.batch_serialisation.handles import RemoteHandle, normalise
+from popxl_addons.core.transforms.batch_serialisation.result import BatchSerialResult
+from popxl_addons.core.transforms.batch_serialisation.steps import StepIO
 
 IO_MODES = ("compute", "io", "io_overlapped")
 logger = logging.getLogger(__name__)

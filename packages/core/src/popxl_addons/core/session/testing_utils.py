@@ -10,9 +10,9 @@ import numpy as np
 
 import popxl
 from popxl.extension import REGISTRY, Op, OpDef
-from popxl_addons.core.module import Module
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.streams import host_store
+from popxl_addons.core.modules.module import Module
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.session.streams import host_store
 
 __all__ = ["ops_of_type", "TensorInput", "run_module"]
 

@@ -45,9 +45,9 @@ from typing import Any, Literal
 import numpy as np
 
 import popxl
-from popxl_addons.core.dot_tree import DotTree
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.streams import InputStreams, OutputStreams
+from popxl_addons.core.modules.dot_tree import DotTree
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.session.streams import InputStreams, OutputStreams
 
 ReportMissing = Literal["none", "warn", "error"]
 _SESSION_FILE = "session_info.json"
@@ -266,7 +266,7 @@ def _complete_checkpoint(folder: Path) -> Path:
             "last, so the save that wrote it was interrupted, or it was saved before checkpoints had marks (by an "
             "earlier version, or popxl-addons). Load the previous checkpoint instead; if you know this one is "
             "whole, mark it once with "
-            f"popxl_addons.core.task_session.mark_checkpoint_complete({str(folder)!r})."
+            f"popxl_addons.core.session.task_session.mark_checkpoint_complete({str(folder)!r})."
         )
     try:
         version = json.loads(mark.read_text()).get("format_version")

@@ -8,10 +8,10 @@ from contextlib import ExitStack
 
 import popxl
 from popxl import ops
-from popxl_addons.core.dot_tree import DotTree
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.variable_factory import NamedVariableFactories
+from popxl_addons.core.modules.dot_tree import DotTree
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.modules.variable_factory import NamedVariableFactories
 
 
 class NamedRemoteBuffers(DotTree[popxl.RemoteBuffer]):

@@ -37,7 +37,7 @@ from popxl import context, ipu_only, ops
 from popxl.extension import Op
 from popxl.ops.call import CallSiteInfo
 from popxl.transforms.autodiff import GradGraphInfo
-from popxl_addons.core.module import Module
+from popxl_addons.core.modules.module import Module
 
 __all__ = ["pipelined_execution", "StageContext", "Stash", "Restore", "get_op_pipeline_stage"]
 

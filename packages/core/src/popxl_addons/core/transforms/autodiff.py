@@ -11,12 +11,12 @@ import numpy as np
 
 import popxl
 from popxl import ops
-from popxl_addons.core.autodiff_patterns import autodiff_with_patterns
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
-from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.variable_factory import NamedVariableFactories, VariableFactory
+from popxl_addons.core.modules.autodiff_patterns import autodiff_with_patterns
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
+from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGrouping
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.modules.variable_factory import NamedVariableFactories, VariableFactory
 
 
 def autodiff(

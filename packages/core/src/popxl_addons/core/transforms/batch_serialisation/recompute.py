@@ -6,8 +6,8 @@ from collections.abc import Collection
 
 import popxl
 from popxl.transforms import ExpectedConnectionType, GradGraphInfo
-from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
-from popxl_addons.core.recomputation import add_recompute_inputs
+from popxl_addons.core.modules.graph import BoundGraph, GraphWithNamedArgs
+from popxl_addons.core.transforms.recomputation import add_recompute_inputs
 
 Fwd = ExpectedConnectionType.Fwd
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import popxl
-from popxl_addons.core.batch_serialisation.handles import RemoteHandle
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.variable_factory import NamedVariableFactories
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.modules.variable_factory import NamedVariableFactories
+from popxl_addons.core.transforms.batch_serialisation.handles import RemoteHandle
 
 
 @dataclass

@@ -6,9 +6,9 @@ import math
 
 import popxl
 from popxl import ops
-from popxl_addons.core.graph import GraphWithNamedArgs, graph_per_tensor
-from popxl_addons.core.named_replica_grouping import NamedReplicaGrouping
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.modules.graph import GraphWithNamedArgs, graph_per_tensor
+from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGrouping
+from popxl_addons.core.modules.named_tensors import NamedTensors
 
 
 def replica_sharded_spec(t: popxl.Tensor, shard_over: popxl.ReplicaGrouping) -> popxl.TensorSpec:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import popxl
 from popxl.transforms import ExpectedConnectionType, GradGraphInfo
-from popxl_addons.core.named_tensors import NamedTensors
+from popxl_addons.core.modules.named_tensors import NamedTensors
 
 CHOICES = ("host", "recompute", "keep")
 Policy = Mapping[str, str] | Mapping[popxl.Tensor, str] | Mapping[str | popxl.Tensor, str]

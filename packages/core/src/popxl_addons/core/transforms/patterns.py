@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import Enum
 
 import popxl
-from popxl.extension import replace_with_identity
+from popxl_addons.core.modules.autodiff_patterns import apply_op_to_identity
 
 
 class PatternsLevel(Enum):
@@ -25,19 +24,6 @@ patterns_level: dict[str, PatternsLevel] = {
     "default": PatternsLevel.Default,
     "all": PatternsLevel.All,
 }
-
-
-def apply_op_to_identity(graphs: Iterable[popxl.Graph]) -> int:
-    """Replace every op of `graphs` that its kind makes an identity (`OpDef.identity_when`) by one; returns how
-    many."""
-    count = 0
-    for g in graphs:
-        for op in g.ops:
-            replaceable = op.opdef.identity_when
-            if replaceable is not None and replaceable(op):
-                replace_with_identity(op)
-                count += 1
-    return count
 
 
 def apply_pre_alias_patterns(ir: popxl.Ir, level: str = "default") -> None:

@@ -15,18 +15,18 @@ from typing import Any, Literal
 
 import popxl
 from popxl.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
-from popxl_addons.core.building import (
+from popxl_addons.core.modules.building import (
     Aux,
     VarGrads,
     build_context,
     build_grad_context,
     current_build_context,
 )
-from popxl_addons.core.graph import GraphWithNamedArgs
-from popxl_addons.core.graph_cache import GraphCache
-from popxl_addons.core.graph_common import normalise_called_graphs_grad_info
-from popxl_addons.core.named_tensors import NamedTensors
-from popxl_addons.core.variable_factory import (
+from popxl_addons.core.modules.graph import GraphWithNamedArgs
+from popxl_addons.core.modules.graph_cache import GraphCache
+from popxl_addons.core.modules.graph_common import normalise_called_graphs_grad_info
+from popxl_addons.core.modules.named_tensors import NamedTensors
+from popxl_addons.core.modules.variable_factory import (
     NamedVariableFactories,
     VariableFactory,
     add_replica_sharded_variable_input,

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 
 import popxl
-from popxl_addons.core.dot_tree import DotTree
+from popxl_addons.core.modules.dot_tree import DotTree
 
 
 class NamedReplicaGrouping(DotTree[popxl.ReplicaGrouping]):

@@ -9,8 +9,8 @@ from typing import Any
 
 import popxl
 from popxl import ops
-from popxl_addons.core.batch_serialisation.handles import RemoteHandle
-from popxl_addons.core.rts import gather_replica_sharded
+from popxl_addons.core.remote.rts import gather_replica_sharded
+from popxl_addons.core.transforms.batch_serialisation.handles import RemoteHandle
 
 Values = dict[popxl.Tensor, popxl.Tensor]
 

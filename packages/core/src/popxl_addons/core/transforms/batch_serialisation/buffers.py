@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import popxl
-from popxl_addons.core.remote import create_remote_buffer
+from popxl_addons.core.remote.remote import create_remote_buffer
 
 
 def batch_serial_buffer(

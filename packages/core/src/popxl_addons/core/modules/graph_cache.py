@@ -19,7 +19,7 @@ from typing import Any
 
 import popxl
 from popxl import ops
-from popxl_addons.core.graph import BoundGraph, GraphWithNamedArgs
+from popxl_addons.core.modules.graph import BoundGraph, GraphWithNamedArgs
 
 
 def bound_arguments(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import popxl
 from popxl import ops
-from popxl_addons.core.batch_serialisation.steps import StepIO, Values
+from popxl_addons.core.transforms.batch_serialisation.steps import StepIO, Values
 
 
 def _split(seed: popxl.Tensor | None) -> tuple[popxl.Tensor | None, popxl.Tensor | None]:

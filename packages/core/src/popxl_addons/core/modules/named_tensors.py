@@ -7,7 +7,7 @@ from typing import TypeAlias
 
 import popxl
 from popxl import ops
-from popxl_addons.core.dot_tree import DotTree
+from popxl_addons.core.modules.dot_tree import DotTree
 
 # popxl-addons' name for a tensor-to-tensor mapping (what `NamedTensors.remap` takes).
 TensorMap: TypeAlias = Mapping[popxl.Tensor, popxl.Tensor]
