@@ -204,6 +204,10 @@ def require_fit(what: str, device: Any, allocations: dict[str, int], held: Held,
     if not check_enabled():
         return
     short, available = _shortfall(device, allocations, devices)
+    if short and _malloc_trim is not None:
+        # What earlier runs freed may still be resident in the heap, counted as used: given back, it counts.
+        give_back_freed_memory()
+        short, available = _shortfall(device, allocations, devices)
     if short:
         message = out_of_memory_message(what, device, allocations, available, held, advice, devices=devices)
         raise OutOfMemoryError(message)
