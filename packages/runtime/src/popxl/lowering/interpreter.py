@@ -50,8 +50,7 @@ class LoweringContext:
     `options` are the Ir's session options (popxl's names), for lowerings they tune;
     `host_effects` is False while a program is traced only for its checks, so that
     lowerings with effects on the host (printing) leave them out; `host_outputs`
-    says whether what host_stores write waits in host memory; `copy_out_loads`, whether a
-    remote load's entry is made a value of its own where it is loaded (`remote_memory.copied_out`).
+    says whether what host_stores write waits in host memory.
     """
 
     def __init__(
@@ -64,7 +63,6 @@ class LoweringContext:
         options: Any = None,
         host_effects: bool = True,
         host_outputs: bool = False,
-        copy_out_loads: bool = False,
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
@@ -74,7 +72,6 @@ class LoweringContext:
         self.options = options
         self.host_effects = host_effects
         self.host_outputs = host_outputs
-        self.copy_out_loads = copy_out_loads
 
     def in_host(self, buffer: RemoteBuffer) -> bool:
         """Whether `buffer`'s storage lives in host memory."""

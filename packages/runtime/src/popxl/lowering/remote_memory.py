@@ -103,25 +103,9 @@ def _entry_update(lead: int, host: bool) -> Any:
     return store
 
 
-def load_entry(storage: jax.Array, index: jax.Array, host: bool, copy_out: bool = False) -> jax.Array:
-    """Entry `index` of a buffer's storage `(entries, *shape)`, as a device value of `shape`; with `copy_out`,
-    copied out where the load is (see `copied_out`)."""
-    entry = jnp.squeeze(_entry_slice(0, host)(storage, index), 0)
-    return copied_out(entry, index, storage.shape[0]) if copy_out else entry
-
-
-def copied_out(entry: jax.Array, index: jax.Array, entries: int) -> jax.Array:
-    """`entry`, made a value of its own where it is loaded, which XLA cannot fuse into its readers.
-
-    XLA:CPU fuses a loaded entry's slice, and the cheap arithmetic on it, into every reader. In a loop
-    over layers whose body stores a buffer's entry and also reads its old value in another fusion (an Adam
-    step updates each moment and, from the new moments, the weight), copy insertion cannot order that reader
-    before the store and copies the whole buffer every iteration: device memory held whole buffers, where
-    a phase needs an entry. A conditional's result is a value of its own; its predicate (the entry exists,
-    always true for a checked offset) is one XLA does not fold, and on a CPU a conditional costs nothing to
-    speak of. (On a GPU it would wait for the host, so only CPU programs are lowered with it.)
-    """
-    return jax.lax.cond(index < entries, lambda e: e, jnp.zeros_like, entry)
+def load_entry(storage: jax.Array, index: jax.Array, host: bool) -> jax.Array:
+    """Entry `index` of a buffer's storage `(entries, *shape)`, as a device value of `shape`."""
+    return jnp.squeeze(_entry_slice(0, host)(storage, index), 0)
 
 
 def store_entry(storage: jax.Array, index: jax.Array, value: jax.Array, host: bool) -> jax.Array:

@@ -128,7 +128,7 @@ def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tensor
 
 def _lower_remote_load(ctx: LoweringContext, attrs: Attrs, offset: jax.Array) -> list[jax.Array]:
     store, index = _checked_offset(ctx, attrs["buffer"], offset, "remote_load from")
-    return [load_entry(store, index, ctx.in_host(attrs["buffer"]), ctx.copy_out_loads)]
+    return [load_entry(store, index, ctx.in_host(attrs["buffer"]))]
 
 
 REMOTE_LOAD = register(
