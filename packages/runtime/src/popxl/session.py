@@ -123,9 +123,13 @@ class Session:
         when asked for, and read back whole when the Session detaches. Memory-mapped values stay in their
         maps."""
         for v in self._host if variables is None else variables:
-            if self._host[v] is not None and not isinstance(self._host[v], np.memmap):
+            if self._host[v] is not None and self._lends(v):
                 self._host[v] = None
                 v._lend(self)
+
+    def _lends(self, variable: Variable) -> bool:
+        """Whether `variable`'s host value goes while the devices hold it (a memory-mapped one stays in its map)."""
+        return not isinstance(self._host[variable], np.memmap)
 
     def _take_back(self) -> None:
         """Read back what only the devices hold (leaving after an error too, which popxl leaves unread: here the
@@ -379,7 +383,7 @@ class _Handing:
         self.released = 0
 
     def releases(self, variable: Variable) -> bool:
-        return not isinstance(self.session._host[variable], np.memmap)
+        return self.session._lends(variable)
 
     def placed(self, variables: list[Variable]) -> None:
         for v in variables:
