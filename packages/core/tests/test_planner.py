@@ -37,8 +37,10 @@ def unserialised_bytes() -> int:
     return int(measure(step_program(Perceptron, SPEC), "cpu")["device_bytes"])
 
 
-def _plan(budget: int, bandwidth: float) -> SerialisationPlan:
-    plan = plan_batch_serialisation(Perceptron, SPEC, budget, steps_choices=STEPS, bandwidth=bandwidth)
+def _plan(budget: int, bandwidth: float, io_modes: tuple[str, ...] = IO_MODES) -> SerialisationPlan:
+    plan = plan_batch_serialisation(
+        Perceptron, SPEC, budget, steps_choices=STEPS, bandwidth=bandwidth, io_modes=io_modes
+    )
     assert plan.measured_device_bytes <= budget
     assert plan.steps in STEPS and plan.io_mode in ("compute", "io", "io_overlapped")
     assert set(plan.policy) >= {"x"} and plan.explain().count("\n") >= len(plan.policy)
@@ -50,13 +52,19 @@ def test_a_roomy_budget_keeps_everything(unserialised_bytes: int) -> None:
     assert set(plan.policy.values()) == {"keep"}
 
 
+# Host or recompute is decided by the bandwidth alone only between "compute" and "io", which time alike:
+# io_overlapped's gain is timed, and a program of microseconds timed on a loaded machine may show one beyond
+# the noise, and then pay for io_overlapped's extra buffers by recomputing.
+SAME_TIME = ("compute", "io")
+
+
 def test_a_fast_host_link_offloads(unserialised_bytes: int) -> None:
-    plan = _plan(int(0.6 * unserialised_bytes), 1e15)
+    plan = _plan(int(0.6 * unserialised_bytes), 1e15, SAME_TIME)
     assert "host" in plan.policy.values() and "recompute" not in plan.policy.values()
 
 
 def test_a_slow_host_link_recomputes(unserialised_bytes: int) -> None:
-    plan = _plan(int(0.6 * unserialised_bytes), 1e3)
+    plan = _plan(int(0.6 * unserialised_bytes), 1e3, SAME_TIME)
     assert "recompute" in plan.policy.values() and "host" not in plan.policy.values()
     _check_equivalence(plan)
 
