@@ -282,3 +282,30 @@ def test_what_host_store_writes_waits_with_the_stream_data(session_memory: str) 
         assert large["host_bytes"] - small["host_bytes"] == grown
     else:
         assert large["device_bytes"] - small["device_bytes"] == grown
+
+
+def test_a_loop_over_entries_never_copies_a_whole_buffer() -> None:
+    # An Adam-like step per entry, looped: each moment updated and stored, and the weight updated from the new
+    # moment. XLA:CPU fused each loaded entry into every reader, so the weight's update read the moment's old
+    # entry beside the moment's store and XLA copied the whole moment buffer every iteration.
+    entries, width = 6, 64
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        w_buf, g_buf, m_buf = (popxl.remote_buffer((width,), popxl.float32, entries) for _ in range(3))
+
+        def body(row: popxl.Tensor) -> popxl.Tensor:
+            w, g, m = ops.remote_load(w_buf, row), ops.remote_load(g_buf, row), ops.remote_load(m_buf, row)
+            ops.var_updates.accumulate_moving_average_(m, g, 0.9)
+            ops.var_updates.scaled_add_(w, m, b=-0.5)
+            ops.remote_store(m_buf, row, m)
+            ops.remote_store(w_buf, row, w)
+            return row + 1
+
+        row = popxl.constant(np.int32(0), popxl.int32)
+        ops.repeat(ir.create_graph(body, row), entries, row)
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+        (compiled,) = session._program._compiled.values()
+        text = compiled.step.as_text()
+    whole = re.findall(rf"f32\[{entries},{width}\]\{{[^}}]*\}} copy\(", text)
+    assert not whole, f"{len(whole)} copies of a whole buffer in the compiled step"

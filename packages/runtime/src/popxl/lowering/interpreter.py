@@ -50,7 +50,10 @@ class LoweringContext:
     `options` are the Ir's session options (popxl's names), for lowerings they tune;
     `host_effects` is False while a program is traced only for its checks, so that
     lowerings with effects on the host (printing) leave them out; `host_outputs`
-    says whether what host_stores write waits in host memory.
+    says whether what host_stores write waits in host memory; `copy_out_loads`, whether
+    a remote load inside a loop that also stores to its buffer is copied out where it
+    is loaded (`remote_memory.copied_out`). `looped` holds the resources the loops being
+    traced write.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class LoweringContext:
         options: Any = None,
         host_effects: bool = True,
         host_outputs: bool = False,
+        copy_out_loads: bool = False,
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
@@ -72,10 +76,16 @@ class LoweringContext:
         self.options = options
         self.host_effects = host_effects
         self.host_outputs = host_outputs
+        self.copy_out_loads = copy_out_loads
+        self.looped: frozenset[Resource] = frozenset()
 
     def in_host(self, buffer: RemoteBuffer) -> bool:
         """Whether `buffer`'s storage lives in host memory."""
         return (buffer.memory or self.remote_memory) == "host"
+
+    def copies_out(self, buffer: RemoteBuffer) -> bool:
+        """Whether a load from `buffer` here is copied out where it is loaded."""
+        return self.copy_out_loads and buffer in self.looped
 
     def option(self, name: str, default: Any) -> Any:
         """Session option `name`, or `default` where it is not set."""

@@ -197,7 +197,15 @@ class Program:
         world = World(values)
         options = self.ir.session_options
         ctx = LoweringContext(
-            world, host_inputs, self.mesh, sites, self.remote_memory, options, host_effects, self.host_outputs
+            world,
+            host_inputs,
+            self.mesh,
+            sites,
+            self.remote_memory,
+            options,
+            host_effects,
+            self.host_outputs,
+            copy_out_loads=self.device.platform == "cpu",
         )
         bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.state.carried}
         finals = execute(ctx, self.ir.main_graph, bound, self.state.written_variables)

@@ -103,9 +103,26 @@ def _entry_update(lead: int, host: bool) -> Any:
     return store
 
 
-def load_entry(storage: jax.Array, index: jax.Array, host: bool) -> jax.Array:
-    """Entry `index` of a buffer's storage `(entries, *shape)`, as a device value of `shape`."""
-    return jnp.squeeze(_entry_slice(0, host)(storage, index), 0)
+def load_entry(storage: jax.Array, index: jax.Array, host: bool, copy_out: bool = False) -> jax.Array:
+    """Entry `index` of a buffer's storage `(entries, *shape)`, as a device value of `shape`; with `copy_out`,
+    made a value of its own where it is loaded (see `copied_out`)."""
+    entry = jnp.squeeze(_entry_slice(0, host)(storage, index), 0)
+    return copied_out(entry, index, storage.shape[0]) if copy_out else entry
+
+
+def copied_out(entry: jax.Array, index: jax.Array, entries: int) -> jax.Array:
+    """`entry`, made a value of its own where it is loaded, which XLA cannot fuse into its readers.
+
+    XLA:CPU fuses a loaded entry's slice, with the cheap arithmetic on it, into every reader. In a loop
+    whose body also stores to that buffer, a reader of the old entry that runs beside the store (an Adam
+    step updates each moment and then, from the new moments and the old, the weight) cannot be ordered
+    before the store by copy insertion, which then copies the whole buffer every iteration: a loop over
+    layers held whole buffers where each phase needs one entry. A conditional's result is a value of its
+    own; its predicate (the entry exists, always true of a checked offset) is not one XLA folds, and on a
+    CPU the conditional costs next to nothing. On a GPU it would wait on the host, so CPU programs alone
+    are lowered with it, and only for loads in loops that store to the same buffer.
+    """
+    return jax.lax.cond(index < entries, lambda e: e, jnp.zeros_like, entry)
 
 
 def store_entry(storage: jax.Array, index: jax.Array, value: jax.Array, host: bool) -> jax.Array:

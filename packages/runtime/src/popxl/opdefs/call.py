@@ -117,7 +117,12 @@ def _lower_repeat(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[
         inputs[:carried] = loop_vals
         for i, v in zip(refs, ref_vals):
             inputs[i] = v
-        (outs, finals), world_vals = _run_in_world(ctx, moving, world_vals, g, inputs)
+        outer = ctx.looped
+        ctx.looped = outer | set(moving)
+        try:
+            (outs, finals), world_vals = _run_in_world(ctx, moving, world_vals, g, inputs)
+        finally:
+            ctx.looped = outer
         return list(outs), [finals[i] for i in refs], world_vals
 
     init = (list(vals[:carried]), [vals[i] for i in refs], ctx.world.values(moving))
