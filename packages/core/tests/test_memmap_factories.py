@@ -9,6 +9,7 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl_addons.core import NamedVariableFactories, VariableFactory, named_variable_buffers
+from popxl_addons.core.modules.variable_factory import Filled
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)
 
@@ -48,3 +49,25 @@ def test_remote_variables_from_files(tmp_path: pathlib.Path) -> None:
     with popxl.Session(ir, "cpu") as s:
         np.testing.assert_array_equal(s.run()[out], W)
     assert variables.w.is_memmap and (tmp_path / "remote.w.npy").exists()
+
+
+def test_a_factory_hands_the_arrays_it_makes_to_its_variables_without_a_copy() -> None:
+    mine = np.ones((2, 3), np.float32)
+    made: list[np.ndarray] = []
+
+    def fresh() -> np.ndarray:
+        made.append(np.full((2, 3), 2, np.float64))  # cast by the factory: a new array of its own
+        return made[-1]
+
+    with popxl.Ir().main_graph:
+        zeros = VariableFactory(Filled((2, 3), np.float32)).create_tensor()
+        cast = VariableFactory(fresh, popxl.float32).create_tensor()
+        given = VariableFactory(lambda: mine).create_tensor()
+    # Filled's arrays and the factory's casts are read-only, and held as they are; an array the caller
+    # still holds, writable, is copied as popxl copies it.
+    assert not zeros.host_data.flags.writeable and not cast.host_data.flags.writeable
+    np.testing.assert_array_equal(zeros.host_data, np.zeros((2, 3)))
+    np.testing.assert_array_equal(cast.host_data, made[-1])
+    assert not np.shares_memory(given.host_data, mine)
+    mine += 1
+    np.testing.assert_array_equal(given.host_data, np.ones((2, 3)))

@@ -137,3 +137,29 @@ def test_memory_mapped_values_stay_in_their_map(tmp_path: Path) -> None:
         np.testing.assert_array_equal(data, 1.0)
         session.run()
     np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), 2.0)
+
+
+def test_a_variable_copies_its_data_unless_nothing_can_write_it() -> None:
+    writable = np.arange(4, dtype=np.float32)
+    frozen = np.arange(4, dtype=np.float32)
+    frozen.flags.writeable = False
+    base = np.arange(8, dtype=np.float32)
+    view = base[:4]
+    view.flags.writeable = False  # read-only, but `base` still writes it
+    ir = popxl.Ir()
+    with ir.main_graph:
+        copied, held, of_view = (popxl.variable(x) for x in (writable, frozen, view))
+        converted = popxl.variable(frozen, popxl.float16)
+        listed = popxl.variable([0.0, 1.0, 2.0, 3.0])
+        out = popxl.d2h_stream((4,), popxl.float32)
+        ops.host_store(out, copied + held + of_view)
+    assert held.host_data is frozen
+    for v, data in ((copied, writable), (of_view, base), (converted, frozen)):
+        assert not np.shares_memory(v.host_data, data), v
+    writable += 10
+    base += 10
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()[out]
+        np.testing.assert_array_equal(got, 3 * np.arange(4))
+        np.testing.assert_array_equal(session.get_tensor_data(converted), np.arange(4))
+        np.testing.assert_array_equal(session.get_tensor_data(listed), np.arange(4))

@@ -25,8 +25,8 @@ def _as_array(
     nan_on_overflow: bool | None = None,
     downcast: bool = True,
 ) -> tuple[np.ndarray[Any, Any], dtypes.dtype]:
-    """A C-ordered copy of `data` in its host representation: float8 data as popxl's bytes, converted from
-    numbers by `cast(data * 2**log2_scale)` when it is not already float8.
+    """A C-ordered copy of `data` in its host representation (`data` itself where `_kept`): float8 data as
+    popxl's bytes, converted from numbers by `cast(data * 2**log2_scale)` when it is not already float8.
 
     As in popxl, `downcast` applies when no `dtype` is given: 64-bit data (Python ints and floats included)
     narrows to 32 bits, and with `downcast=False` it would stay 64-bit, which no tensor here can be, so
@@ -49,7 +49,24 @@ def _as_array(
             f"tensors (XLA here runs without 64-bit types): leave downcast=True or give a 32-bit dtype"
         )
     dt = dt if dt is not None else dtypes.as_dtype(arr)
+    if arr.dtype == dt.as_numpy() and arr.flags.c_contiguous and _kept(arr, data):
+        return arr, dt
     return np.array(arr, dtype=dt.as_numpy(), order="C"), dt
+
+
+def _kept(arr: np.ndarray[Any, Any], data: Any) -> bool:
+    """Whether `arr`, made from `data`, may be held as it is rather than copied: nothing else can write it.
+
+    popxl copies a variable's or constant's data, so that the caller's later writes to it change nothing.
+    An array converted here from `data` is new, and a read-only array that owns its memory (such as
+    `popxl_addons.layers.init.TruncatedNormal` makes) cannot be written: neither is copied again, which
+    at hundreds of millions of parameters is seconds of a model's build and a second copy of each array.
+    """
+    if arr.base is None and not arr.flags.writeable:
+        return True
+    if isinstance(data, np.ndarray):
+        return not np.may_share_memory(arr, data)
+    return isinstance(data, list | tuple | int | float | bool | np.generic)
 
 
 def _variable_data(

@@ -10,6 +10,7 @@ import numpy as np
 import popxl
 from popxl import ops
 from popxl_addons.core.modules.module import Module
+from popxl_addons.core.modules.variable_factory import Filled
 
 
 class AdamOptimizerStep(Module):
@@ -56,14 +57,14 @@ class AdamOptimizerStep(Module):
             shape = var.shape
         first = moment(
             "first_order",
-            partial(np.zeros, shape, first_order_dtype.as_numpy()),
+            Filled(shape, first_order_dtype.as_numpy()),
             first_order_dtype,
             replica_grouping=replica_grouping,
             by_ref=True,
         )
         second = moment(
             "second_order",
-            partial(np.zeros, shape, np.float32),
+            Filled(shape, np.float32),
             popxl.float32,
             replica_grouping=replica_grouping,
             by_ref=True,

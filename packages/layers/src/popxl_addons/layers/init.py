@@ -89,8 +89,11 @@ class TruncatedNormal:
         self.std, self.bound, self.mean, self.seed = std, bound, mean, seed
 
     def __call__(self) -> np.ndarray[Any, Any]:
-        """New values (different ones each call unless `seed` is an int)."""
-        return truncated_normal(self.shape, self.std, self.bound, mean=self.mean, dtype=self.dtype, seed=self.seed)
+        """New values (different ones each call unless `seed` is an int), read-only: a variable made from
+        them holds them as they are, without a copy."""
+        values = truncated_normal(self.shape, self.std, self.bound, mean=self.mean, dtype=self.dtype, seed=self.seed)
+        values.flags.writeable = False
+        return values
 
     def __repr__(self) -> str:
         return (

@@ -32,6 +32,33 @@ class SizedSource(Protocol):
     def __call__(self) -> Any: ...
 
 
+class Filled:
+    """A `SizedSource` of arrays filled with `value` (zeros by default), such as optimizer state starts from.
+
+    Its arrays are read-only: a variable holds them without a copy (popxl copies what could still be
+    written), and zeros are not even in memory until something reads them.
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, value: float = 0.0) -> None:
+        self.shape: tuple[int, ...] = tuple(shape)
+        self.dtype: np.dtype[Any] = np.dtype(dtype)
+        self.value = value
+
+    def __call__(self) -> np.ndarray[Any, Any]:
+        """A new array, read-only."""
+        data = np.zeros(self.shape, self.dtype) if self.value == 0 else np.full(self.shape, self.value, self.dtype)
+        return _read_only(data)
+
+    def __repr__(self) -> str:
+        return f"Filled({self.shape}, {self.dtype}, value={self.value})"
+
+
+def _read_only(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """`data`, new here, made read-only, so that the variable made from it holds it without a copy."""
+    data.flags.writeable = False
+    return data
+
+
 def _calls(fn: Callable[[], Any]) -> Iterator[Any]:
     while True:
         yield fn()
@@ -101,10 +128,10 @@ class VariableFactory:
     def _next(self, empty: bool) -> np.ndarray[Any, Any]:
         target = self.dtype.as_numpy()
         if empty:
-            return np.zeros(self.meta_shape or self.shape, target)
+            return _read_only(np.zeros(self.meta_shape or self.shape, target))
         data = np.asarray(self._peeked.pop() if self._peeked else next(self._draws))
         # Cast only when the source made another dtype: a copy of the full size otherwise.
-        return data if data.dtype == target else data.astype(target)
+        return data if data.dtype == target else _read_only(data.astype(target))
 
     def next_data(self, empty: bool = False) -> np.ndarray[Any, Any]:
         """The data of the next variable: one draw per replica group, stacked when there are several groups.
@@ -116,7 +143,7 @@ class VariableFactory:
             return self._next(empty)
         shape = self.meta_shape or self.shape
         if empty:
-            return np.zeros((groups, *shape), self.dtype.as_numpy())
+            return _read_only(np.zeros((groups, *shape), self.dtype.as_numpy()))
         # Filled group by group, so that at most one group's draw exists beside the result.
         out = np.empty((groups, *shape), self.dtype.as_numpy())
         for g in range(groups):
@@ -124,7 +151,7 @@ class VariableFactory:
             if data.shape != shape:
                 raise ValueError(f"Variable {self.name!r}: `data_iter` gave shape {data.shape}, not {shape}")
             out[g] = data
-        return out
+        return _read_only(out)
 
     def create_input(self, prefix: str | None = None) -> popxl.Tensor:
         """A graph input of the current graph for this variable."""
