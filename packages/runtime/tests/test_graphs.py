@@ -59,6 +59,10 @@ def test_create_graph_errors() -> None:
             ir.create_graph(lambda x: 3, popxl.TensorSpec((1,), popxl.float32))
         with pytest.raises(TypeError, match="mixes tensors"):
             ir.create_graph(lambda xs: xs[0], [popxl.TensorSpec((1,), popxl.float32), 1])
+        spec = popxl.TensorSpec((1,), popxl.float32)
+        for args, kwargs in (((spec, 5), {}), ((5, spec), {}), ((), {"a": spec, "b": 5})):
+            with pytest.raises(TypeError, match="mixes tensors"):
+                ir.create_graph(lambda *a, **k: None, *args, **kwargs)
         with pytest.raises(ValueError, match="main graph"):
             ir.create_graph(lambda: popxl.variable(1.0))
     with pytest.raises(RuntimeError, match="No current graph"):

@@ -67,16 +67,23 @@ def test_remote_load_into_tensor_and_entries_grown_after_use() -> None:
 def test_remote_buffer_validation() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
-        with pytest.raises(ValueError, match="at least 1 entry"):
+        with pytest.raises(ValueError, match=r"Entries must be a non-zero, positive integer\. Got 0"):
             popxl.remote_buffer((2,), popxl.float32, 0)
         buf = popxl.remote_buffer((2,), popxl.float32, 2)
+        with pytest.raises(AttributeError):
+            buf.tensor_shape = (3,)  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            buf.tensor_dtype = popxl.int32  # type: ignore[misc]
+        buf.set_remote_buffer_info(popxl.int32, (3,), 4)
+        assert (buf.tensor_shape, buf.tensor_dtype, buf.entries) == ((3,), popxl.int32, 4)
+        buf.set_remote_buffer_info(popxl.float32, (2,), 2)
         with pytest.raises(ValueError, match="does not match buffer"):
             ops.remote_store(buf, 0, popxl.constant(np.zeros(3, np.float32)))
         with pytest.raises(ValueError, match="scalar integer"):
             ops.remote_load(buf, popxl.constant(np.zeros(2, np.int32)))
         with pytest.raises(ValueError, match="stream 'y'"):
             ops.host_store(popxl.d2h_stream((3,), popxl.float32, "y"), popxl.constant(np.zeros(2, np.float32)))
-        with pytest.raises(ValueError, match="1 entry"):
+        with pytest.raises(ValueError, match="Entries must be a non-zero, positive integer"):
             buf.entries = 0
 
 

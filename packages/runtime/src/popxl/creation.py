@@ -200,7 +200,7 @@ def _remote(
             # variable's shape comes to hold its shards.
             remote_buffer.meta_shape = group_shape
             if remote_buffer.tensor_shape == group_shape:
-                remote_buffer.tensor_shape = shard_shape
+                remote_buffer.set_remote_buffer_info(remote_buffer.tensor_dtype, shard_shape, remote_buffer.entries)
         expected: tuple[tuple[int, ...], dtypes.dtype, tuple[int, ...]] = (shard_shape, dt, group_shape)
         found = (remote_buffer.tensor_shape, remote_buffer.tensor_dtype, remote_buffer.meta_shape)
     else:

@@ -353,10 +353,12 @@ def trace(graph: Graph, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
             param = sig.parameters[pname]
             by_ref = _is_by_ref(param.annotation)
             if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                _unmixed(pname, value)
                 bound.arguments[pname] = tuple(
                     _input_from(v, f"{pname}_{i}", by_ref) if _is_tensor_like(v) else v for i, v in enumerate(value)
                 )
             elif param.kind is inspect.Parameter.VAR_KEYWORD:
+                _unmixed(pname, value.values())
                 bound.arguments[pname] = {
                     k: _input_from(v, k, by_ref) if _is_tensor_like(v) else v for k, v in value.items()
                 }
@@ -368,12 +370,18 @@ def trace(graph: Graph, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
             graph_output(t)
 
 
+def _unmixed(pname: str, values: Iterable[Any]) -> None:
+    """Refuse, as popxl does, a list, `*args` or `**kwargs` holding tensors beside other values."""
+    values = list(values)
+    if any(_is_tensor_like(v) for v in values) and not all(_is_tensor_like(v) for v in values):
+        raise TypeError(f"Argument {pname!r} mixes tensors with other values: {values!r}")
+
+
 def _trace_arg(pname: str, value: Any, by_ref: bool) -> Any:
     if _is_tensor_like(value):
         return _input_from(value, pname, by_ref)
     if isinstance(value, list | tuple) and any(_is_tensor_like(v) for v in value):
-        if not all(_is_tensor_like(v) for v in value):
-            raise TypeError(f"Argument {pname!r} mixes tensors with other values: {value!r}")
+        _unmixed(pname, value)
         return [_input_from(v, f"{pname}_{i}", by_ref) for i, v in enumerate(value)]
     return value
 

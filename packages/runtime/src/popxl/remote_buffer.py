@@ -37,8 +37,8 @@ class RemoteBuffer:
         memory: str | None = None,
     ) -> None:
         self._ir = ir if ir is not None else context.gir()
-        self.tensor_shape = tuple(int(s) for s in tensor_shape)
-        self.tensor_dtype = dtypes.as_dtype(tensor_dtype)
+        self._tensor_shape = tuple(int(s) for s in tensor_shape)
+        self._tensor_dtype = dtypes.as_dtype(tensor_dtype)
         self.meta_shape: tuple[int, ...] = ()
         # Replicas each value is sharded over (None: the sharded variable's whole group).
         self.shard_over: int | None = None
@@ -62,6 +62,16 @@ class RemoteBuffer:
         self._memory = value
 
     @property
+    def tensor_shape(self) -> tuple[int, ...]:
+        """The shape of each entry, fixed when the buffer is made (as in popxl; `set_remote_buffer_info`)."""
+        return self._tensor_shape
+
+    @property
+    def tensor_dtype(self) -> dtypes.dtype:
+        """The dtype of each entry, fixed when the buffer is made (as in popxl; `set_remote_buffer_info`)."""
+        return self._tensor_dtype
+
+    @property
     def entries(self) -> int:
         """Number of tensors the buffer holds."""
         return self._entries
@@ -69,14 +79,14 @@ class RemoteBuffer:
     @entries.setter
     def entries(self, value: int) -> None:
         if int(value) < 1:
-            raise ValueError(f"A remote buffer needs at least 1 entry, got {value}")
+            raise ValueError(f"Entries must be a non-zero, positive integer. Got {value} for a remote buffer")
         self._entries = int(value)
 
     def set_remote_buffer_info(self, tensor_dtype: Any, tensor_shape: Any, entries: int) -> None:
         """Replace the buffer's tensor dtype, shape and number of entries."""
         self.entries = entries
-        self.tensor_shape = tuple(int(s) for s in tensor_shape)
-        self.tensor_dtype = dtypes.as_dtype(tensor_dtype)
+        self._tensor_shape = tuple(int(s) for s in tensor_shape)
+        self._tensor_dtype = dtypes.as_dtype(tensor_dtype)
 
     def validate_tensor_matches_buffer(self, t: Any, num_shards: int = 1) -> None:
         """Raise ValueError unless `t` has the buffer's shape (its meta shape when sharded) and dtype."""
