@@ -83,6 +83,25 @@ def test_all_replicas_retrieval_returns_every_replica_in_order() -> None:
             s.write_variable_data(v, data)
 
 
+def test_all_replicas_values_that_came_to_differ_within_a_group_are_kept() -> None:
+    # Each replica updates its own copy (as on IPUs); popxl reads every replica's back, and so must detaching.
+    ir = popxl.Ir(replication=4)
+    data = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    with ir.main_graph:
+        rg = ir.replica_grouping(stride=2, group_size=2)
+        v = popxl.variable(data, replica_grouping=rg, retrieval_mode="all_replicas")
+        x = popxl.h2d_stream((2,), popxl.float32)
+        ops.var_updates.accumulate_(v, ops.host_load(x))
+    step = np.arange(8, dtype=np.float32).reshape(4, 2)
+    s = popxl.Session(ir, "cpu")
+    with s:
+        s.run({x: step})
+    np.testing.assert_array_equal(s.get_tensor_data(v), data[[0, 1, 0, 1]] + step)
+    with s:  # placed again from every replica's row
+        s.run({x: step})
+        np.testing.assert_array_equal(s.get_tensor_data(v), data[[0, 1, 0, 1]] + 2 * step)
+
+
 def test_assignments_and_their_constant_stride_grouping() -> None:
     ir = popxl.Ir(replication=8)
     assert ir.replica_grouping_from_assignments([0, 1, 0, 1, 2, 3, 2, 3]) == ir.replica_grouping(2, 2)
@@ -132,3 +151,25 @@ def test_random_values_follow_each_replicas_seed() -> None:
     np.testing.assert_array_equal(same[0], same[1])
     np.testing.assert_array_equal(same[0], independent[0])
     np.testing.assert_array_equal(again, independent)
+
+
+@pytest.mark.parametrize("stride, group_size", [(1, 8), (1, 2), (2, 2), (4, 2), (2, 4), (1, 1)])
+def test_variable_settings_name_each_groups_replicas(stride: int, group_size: int) -> None:
+    import popart
+
+    ir = popxl.Ir(replication=8)
+    rg = ir.replica_grouping(stride=stride, group_size=group_size)
+    settings = rg._to_variable_settings("all_replicas")
+    assert isinstance(settings, popart.VariableSettings) and not settings.isUsingCommGroup()
+    # Groups of `group_size` replicas `stride` apart, in order of their first replica, written out directly.
+    span = stride * group_size
+    want = [[base + k + j * stride for j in range(group_size)] for base in range(0, 8, span) for k in range(stride)]
+    assert settings.groups(8) == want
+    assert settings.getGroupCount(8) == len(want) == rg.num_groups
+    assert settings.numReplicasReturningVariable(8) == 8
+    assert rg._to_variable_settings().numReplicasReturningVariable(8) == len(want)
+    assert [settings.getGroupRepresentative(k) for k in range(len(want))] == [g[0] for g in want]
+    with pytest.raises(ValueError, match="Invalid retrieval_mode"):
+        rg._to_variable_settings("every_replica")
+    with pytest.raises(NotImplementedError):
+        ir.replica_grouping_from_assignments([0, 0, 1, 1, 0, 0, 1, 1])._to_variable_settings()

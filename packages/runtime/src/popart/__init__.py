@@ -12,6 +12,8 @@ runtime, offers exactly those, as the runtime's own objects:
 - `SessionOptions`: the options `ir._pb_ir.getSessionOptions()` returns (`popxl.Ir.session_options`).
 - `CommGroup`, `CommGroupType`, `TileSet`, `ExecutionContext`, `TensorStorage`,
   `ReplicatedTensorSharding`: the runtime's versions of popart's enums of those names.
+- `VariableSettings`, `VariableRetrievalMode`: a replica grouping as popxl describes it to popart
+  (`ReplicaGrouping._to_variable_settings`).
 
 There is no popart IR here: `popart._internal.ir` and popart's sessions, device managers and
 builders do not exist, and asking for them raises an error that says so.
@@ -26,6 +28,7 @@ from popxl.errors import popart_exception
 from popxl.ir import SessionOptions
 from popxl.ops.collectives import CommGroup, CommGroupType
 from popxl.tensorlocation import ExecutionContext, ReplicatedTensorSharding, TensorStorage, TileSet
+from popxl.variable_settings import VariableRetrievalMode, VariableSettings
 
 
 def versionString() -> str:
@@ -42,7 +45,7 @@ def __getattr__(name: str) -> object:
         raise AttributeError(name)
     raise AttributeError(
         f"popart.{name} is not available: this `popart` module is the popxl-xla runtime's small stand-in "
-        "(popart_exception, OutOfMemoryException, versionString, SessionOptions and a few enums), "
+        "(popart_exception, OutOfMemoryException, versionString, SessionOptions, VariableSettings and a few enums), "
         "not Graphcore's popart"
     )
 
@@ -56,6 +59,8 @@ __all__ = [
     "SessionOptions",
     "TensorStorage",
     "TileSet",
+    "VariableRetrievalMode",
+    "VariableSettings",
     "popart_exception",
     "versionString",
 ]

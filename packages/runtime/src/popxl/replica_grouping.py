@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from popxl.ir import Ir
+    from popxl.variable_settings import VariableSettings
 
 
 class ReplicaGrouping:
@@ -132,6 +133,22 @@ class ReplicaGrouping:
             to_device.setdefault(const, own)
             to_host.setdefault(own, const)
         return list(to_device.values()), list(to_host.values())
+
+    def _to_variable_settings(self, retrieval_mode: str | None = None) -> VariableSettings:
+        """popart's description of this grouping (a constant one) with `retrieval_mode` ("one_per_group", the
+        default, or "all_replicas")."""
+        from popxl.variable_settings import VariableRetrievalMode, VariableSettings
+
+        if not self.is_const:
+            raise NotImplementedError(f"{self} has no constant stride, so no popart VariableSettings")
+        modes = {
+            None: VariableRetrievalMode.OnePerGroup,
+            "one_per_group": VariableRetrievalMode.OnePerGroup,
+            "all_replicas": VariableRetrievalMode.AllReplicas,
+        }
+        if retrieval_mode not in modes:
+            raise ValueError(f"Invalid retrieval_mode: {retrieval_mode!r} (one_per_group or all_replicas)")
+        return VariableSettings(self._stride, self._group_size, modes[retrieval_mode])
 
     def members(self, group: int) -> list[int]:
         """The replicas of group `group`, in rank order."""

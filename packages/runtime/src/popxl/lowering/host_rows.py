@@ -1,7 +1,10 @@
 """Host-side NumPy layouts of variables: a variable's host value and each replica's row of it.
 
 A variable's host value holds one value per replica group (or one value when
-there is a single group); the device state holds one row per replica. A remote
+there is a single group); the device state holds one row per replica. An
+"all_replicas" variable whose replicas within a group came to hold different
+values (each updated its own copy, as on IPUs) is read back with one row per
+replica, as popxl returns it, and placed again from those rows. A remote
 variable's row is its buffer entry: flattened and padded, and cut into shards
 when the variable is sharded over its shard domain.
 """
@@ -18,8 +21,16 @@ from popxl.tensor import RemoteVariable, Variable
 Array = np.ndarray[Any, Any]
 
 
+def _per_replica(var: Variable, host: Array, replicas: int) -> bool:
+    """Whether `host` holds a row per replica (see `host_values`): with groups of more than one replica,
+    that shape differs from the host layout's, by its rows or, for one group, by its rank."""
+    return var.replica_grouping.group_size > 1 and host.shape == (replicas, *var.shape)
+
+
 def replica_values(var: Variable, host: Array, replicas: int) -> Array:
     """Per-replica values `(replicas, *shape)` of `var` from its host layout: a new array."""
+    if _per_replica(var, host, replicas):
+        return np.array(host)
     g = var.replica_grouping
     if g.num_groups > 1:
         return np.stack([host[g.group_of(r)] for r in range(replicas)])
@@ -29,14 +40,21 @@ def replica_values(var: Variable, host: Array, replicas: int) -> Array:
 def replica_view(var: Variable, host: Array, replicas: int) -> Array:
     """`replica_values` to be read once and copied elsewhere: a read-only view where there is one group,
     so that a value on its way to the device is not copied on the host first."""
+    if _per_replica(var, host, replicas):
+        return host
     if var.replica_grouping.num_groups > 1:
         return replica_values(var, host, replicas)
     return np.broadcast_to(host, (replicas, *host.shape))
 
 
 def host_values(var: Variable, rows: Array) -> Array:
-    """Host layout of `var` from per-replica values: the first replica of each group."""
+    """Host layout of `var` from per-replica values: the first replica of each group, or, for an
+    "all_replicas" variable (not memory-mapped) whose replicas of a group differ, every replica's row."""
     g = var.replica_grouping
+    if var.retrieval_mode == "all_replicas" and g.group_size > 1 and not var.is_memmap:
+        first = [g.members(k)[0] for k in range(g.num_groups)]
+        if any(not np.array_equal(rows[r], rows[first[g.group_of(r)]]) for r in range(rows.shape[0])):
+            return np.asarray(rows)
     if g.num_groups > 1:
         return np.stack([rows[g.members(k)[0]] for k in range(g.num_groups)])
     return np.asarray(rows[0])
