@@ -23,6 +23,10 @@ def test_names_popxl_programs_use() -> None:
     assert popart.TensorStorage is popxl.TensorStorage
     assert popart.ReplicatedTensorSharding is popxl.ReplicatedTensorSharding
     assert popart.CommGroupType is collectives.CommGroupType and popart.CommGroup is collectives.CommGroup
+    # popart's enums for asking for IPUs, with popart's member names (popxl's test helpers name them).
+    assert [m.name for m in popart.SyncPattern] == ["Full", "SinglePipeline", "ReplicaAndLadder"]
+    assert [m.name for m in popart.DeviceConnectionType] == ["Always", "OnDemand", "Never"]
+    assert [m.name for m in popart.DeviceSelectionCriterion] == ["First", "Random"]
     assert sorted(popart.__all__) == sorted(n for n in dir(popart) if not n.startswith("_") and n != "annotations")
 
 

@@ -14,6 +14,8 @@ runtime, offers exactly those, as the runtime's own objects:
   `ReplicatedTensorSharding`: the runtime's versions of popart's enums of those names.
 - `VariableSettings`, `VariableRetrievalMode`: a replica grouping as popxl describes it to popart
   (`ReplicaGrouping._to_variable_settings`).
+- `SyncPattern`, `DeviceConnectionType`, `DeviceSelectionCriterion`: popart's enums for asking for
+  IPUs, which test helpers name in their signatures; nothing here reads them.
 
 There is no popart IR here: `popart._internal.ir` and popart's sessions, device managers and
 builders do not exist, and asking for them raises an error that says so.
@@ -21,6 +23,7 @@ builders do not exist, and asking for them raises an error that says so.
 
 from __future__ import annotations
 
+import enum as _enum
 import importlib.metadata as _metadata
 
 from popxl.errors import OutOfMemoryError as OutOfMemoryException
@@ -29,6 +32,29 @@ from popxl.ir import SessionOptions
 from popxl.ops.collectives import CommGroup, CommGroupType
 from popxl.tensorlocation import ExecutionContext, ReplicatedTensorSharding, TensorStorage, TileSet
 from popxl.variable_settings import VariableRetrievalMode, VariableSettings
+
+
+class SyncPattern(_enum.Enum):
+    """How IPUs synchronise (popart's names)."""
+
+    Full = 0
+    SinglePipeline = 1
+    ReplicaAndLadder = 2
+
+
+class DeviceConnectionType(_enum.Enum):
+    """When popart attaches to IPUs (popart's names)."""
+
+    Always = 0
+    OnDemand = 1
+    Never = 2
+
+
+class DeviceSelectionCriterion(_enum.Enum):
+    """Which free IPUs popart takes (popart's names)."""
+
+    First = 0
+    Random = 1
 
 
 def versionString() -> str:
@@ -45,7 +71,7 @@ def __getattr__(name: str) -> object:
         raise AttributeError(name)
     raise AttributeError(
         f"popart.{name} is not available: this `popart` module is the popxl-xla runtime's small stand-in "
-        "(popart_exception, OutOfMemoryException, versionString, SessionOptions, VariableSettings and a few enums), "
+        "(popart_exception, OutOfMemoryException, versionString, SessionOptions, VariableSettings and some enums), "
         "not Graphcore's popart"
     )
 
@@ -53,10 +79,13 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "CommGroup",
     "CommGroupType",
+    "DeviceConnectionType",
+    "DeviceSelectionCriterion",
     "ExecutionContext",
     "OutOfMemoryException",
     "ReplicatedTensorSharding",
     "SessionOptions",
+    "SyncPattern",
     "TensorStorage",
     "TileSet",
     "VariableRetrievalMode",
