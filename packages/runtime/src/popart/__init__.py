@@ -14,8 +14,9 @@ runtime, offers exactly those, as the runtime's own objects:
   `ReplicatedTensorSharding`: the runtime's versions of popart's enums of those names.
 - `VariableSettings`, `VariableRetrievalMode`: a replica grouping as popxl describes it to popart
   (`ReplicaGrouping._to_variable_settings`).
-- `SyncPattern`, `DeviceConnectionType`, `DeviceSelectionCriterion`: popart's enums for asking for
-  IPUs, which test helpers name in their signatures; nothing here reads them.
+- `SyncPattern`, `DeviceConnectionType`, `DeviceSelectionCriterion`, `VirtualGraphMode`: popart's
+  enums for asking for IPUs and placing ops on them, which popxl's test helpers name; nothing here
+  reads them.
 
 There is no popart IR here: `popart._internal.ir` and popart's sessions, device managers and
 builders do not exist, and asking for them raises an error that says so.
@@ -48,6 +49,16 @@ class DeviceConnectionType(_enum.Enum):
     Always = 0
     OnDemand = 1
     Never = 2
+
+
+class VirtualGraphMode(_enum.Enum):
+    """How popart assigns ops to IPUs (popart's names); session options may be set to one, and nothing
+    here reads it: popxl programs place ops with `popxl.ipu`."""
+
+    Off = 0
+    Manual = 1
+    Auto = 2
+    ExecutionPhases = 3
 
 
 class DeviceSelectionCriterion(_enum.Enum):
@@ -90,6 +101,7 @@ __all__ = [
     "TileSet",
     "VariableRetrievalMode",
     "VariableSettings",
+    "VirtualGraphMode",
     "popart_exception",
     "versionString",
 ]

@@ -94,12 +94,12 @@ def fresh_name_scopes() -> Any:
 class in_sequence:
     """Order the ops created inside one after another (usable as a decorator too)."""
 
-    def __init__(self, enabled: bool | str = True) -> None:
-        if enabled is None or not isinstance(enabled, bool | str):
-            raise TypeError(f"in_sequence takes True, False or 'pass', got {enabled!r}")
-        if isinstance(enabled, str) and enabled != "pass":
-            raise TypeError(f"in_sequence takes True, False or 'pass', got {enabled!r}")
-        self.enabled = enabled
+    def __init__(self, mode: bool | str = True) -> None:
+        if mode is None or not isinstance(mode, bool | str):
+            raise TypeError(f"in_sequence takes True, False or 'pass', got {mode!r}")
+        if isinstance(mode, str) and mode != "pass":
+            raise TypeError(f"in_sequence takes True, False or 'pass', got {mode!r}")
+        self.enabled = mode
 
     def __enter__(self) -> None:
         _state.in_sequence.append(self.enabled)
@@ -129,10 +129,10 @@ def io_tiles() -> Iterator[None]:
 
 
 @contextmanager
-def ipu(index: int) -> Iterator[None]:
-    """Place the ops created inside on virtual IPU `index` (an annotation here)."""
+def ipu(ipu: int) -> Iterator[None]:
+    """Place the ops created inside on virtual IPU `ipu` (an annotation here; popxl's parameter name)."""
     saved = _state.ipu
-    _state.ipu = index
+    _state.ipu = ipu
     try:
         yield
     finally:

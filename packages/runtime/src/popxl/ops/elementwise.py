@@ -52,9 +52,9 @@ def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
     return _one(ew.FMOD, [lhs, rhs])
 
 
-def pow(lhs: Tensor, rhs: Tensor) -> Tensor:
-    """Elementwise `lhs ** rhs`."""
-    return _one(ew.POW, [lhs, rhs])
+def pow(t: Tensor, e: Tensor) -> Tensor:
+    """Elementwise `t ** e`."""
+    return _one(ew.POW, [t, e])
 
 
 def maximum(lhs: Tensor, rhs: Tensor) -> Tensor:
@@ -72,9 +72,9 @@ def equal(lhs: Tensor, rhs: Tensor) -> Tensor:
     return _one(ew.EQUAL, [lhs, rhs])
 
 
-def greater(lhs: Tensor, rhs: Tensor) -> Tensor:
-    """Elementwise `lhs > rhs` as bool."""
-    return _one(ew.GREATER, [lhs, rhs])
+def greater(input: Tensor, other: Tensor) -> Tensor:
+    """Elementwise `input > other` as bool."""
+    return _one(ew.GREATER, [input, other])
 
 
 def less(lhs: Tensor, rhs: Tensor) -> Tensor:

@@ -10,16 +10,16 @@ from popxl.opdefs import random as r
 from popxl.tensor import Tensor
 
 
-def split_random_seed(seed: Tensor, count: int = 2) -> tuple[Tensor, ...]:
-    """`count` new seeds derived deterministically from `seed`."""
-    if count < 1:
-        raise ValueError(f"split_random_seed count must be >= 1, got {count}")
+def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
+    """`n` new seeds derived deterministically from `seed`."""
+    if n < 1:
+        raise ValueError(f"split_random_seed n must be >= 1, got {n}")
     # popxl (python/popxl/ops/random_seed.py) makes each seed by `create_random_seed(seed, constant(i))`:
     # outputs named `modified_seed`, each after a modifier constant `t`, whose ids are taken here too.
     graph = context.gcg()
-    for _ in range(count):
+    for _ in range(n):
         graph.take_id(context.name_scope_prefix() + "t")
-    return tuple(create_op(r.SPLIT_SEED, [seed], {"count": count}, names=["modified_seed"] * count))
+    return tuple(create_op(r.SPLIT_SEED, [seed], {"count": n}, names=["modified_seed"] * n))
 
 
 def random_uniform(
