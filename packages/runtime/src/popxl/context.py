@@ -99,10 +99,10 @@ class in_sequence:
             raise TypeError(f"in_sequence takes True, False or 'pass', got {mode!r}")
         if isinstance(mode, str) and mode != "pass":
             raise TypeError(f"in_sequence takes True, False or 'pass', got {mode!r}")
-        self.enabled = mode
+        self.mode = mode
 
     def __enter__(self) -> None:
-        _state.in_sequence.append(self.enabled)
+        _state.in_sequence.append(self.mode)
 
     def __exit__(self, *exc: object) -> None:
         _state.in_sequence.pop()
@@ -112,7 +112,7 @@ class in_sequence:
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with in_sequence(self.enabled):
+            with in_sequence(self.mode):
                 return fn(*args, **kwargs)
 
         return wrapped  # type: ignore[return-value]

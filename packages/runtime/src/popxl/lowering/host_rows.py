@@ -51,12 +51,13 @@ def host_values(var: Variable, rows: Array) -> Array:
     """Host layout of `var` from per-replica values: the first replica of each group, or, for an
     "all_replicas" variable (not memory-mapped) whose replicas of a group differ, every replica's row."""
     g = var.replica_grouping
-    if var.retrieval_mode == "all_replicas" and g.group_size > 1 and not var.is_memmap:
-        first = [g.members(k)[0] for k in range(g.num_groups)]
-        if any(not np.array_equal(rows[r], rows[first[g.group_of(r)]]) for r in range(rows.shape[0])):
-            return np.asarray(rows)
+    first = [g.members(k)[0] for k in range(g.num_groups)]
+    # Compared (a pass over the rows) only where every replica's value is what popxl gives back.
+    per_replica = var.retrieval_mode == "all_replicas" and g.group_size > 1 and not var.is_memmap
+    if per_replica and any(not np.array_equal(rows[r], rows[first[g.group_of(r)]]) for r in range(len(rows))):
+        return np.asarray(rows)
     if g.num_groups > 1:
-        return np.stack([rows[g.members(k)[0]] for k in range(g.num_groups)])
+        return np.stack([rows[r] for r in first])
     return np.asarray(rows[0])
 
 

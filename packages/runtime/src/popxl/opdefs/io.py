@@ -127,8 +127,8 @@ def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tensor
 
 
 def _lower_remote_load(ctx: LoweringContext, attrs: Attrs, offset: jax.Array) -> list[jax.Array]:
-    store, index = _checked_offset(ctx, attrs["buffer"], offset, "remote_load from")
     buffer = attrs["buffer"]
+    store, index = _checked_offset(ctx, buffer, offset, "remote_load from")
     return [load_entry(store, index, ctx.in_host(buffer), ctx.copies_out(buffer))]
 
 
