@@ -81,6 +81,16 @@ def test_host_lists_expand_as_poprun_and_slurm_write_them(tmp_path: Path) -> Non
         _hosts.expand_hosts("n[3-1]")
     with pytest.raises(ValueError, match="not a number"):
         _hosts.expand_hosts("n[a-b]")
+    # Counted before expanding: a huge range is a clear error at once, not a process filling the memory.
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"names 1000000000 hosts, more than poprun takes \\({_hosts.MAX_HOSTS}\\)"):
+        _hosts.expand_hosts("n[0-999999999]")
+    with pytest.raises(ValueError, match="more than poprun takes"):
+        _hosts.expand_hosts(f"a[1-{_hosts.MAX_HOSTS}],b")
+    assert time.monotonic() - start < 5
+    assert len(_hosts.expand_hosts(f"n[1-{_hosts.MAX_HOSTS}]")) == _hosts.MAX_HOSTS
+    with pytest.raises(ValueError, match="poprun takes 1 to"):
+        _hosts.resolve(None, 10**9, 0, "h:1", "none")
     hostfile = tmp_path / "hosts"
     hostfile.write_text("h0  # the first\n\nh1\n")
     assert _hosts.read_hostfile(str(hostfile)) == ["h0", "h1"]

@@ -175,3 +175,49 @@ def test_mpirun_command_line() -> None:
     assert line[-5:] == [sys.executable, "-m", "popdist._rank", "prog", "-x"]
     newer = _mpi.command(_mpi.Mpirun("mpirun", 5), 1, ["prog"], False, None, None)
     assert "--oversubscribe" not in newer and newer[newer.index("--map-by") + 1] == ":OVERSUBSCRIBE"
+    # Open MPI 5's mpirun refuses --quiet (exit 213), quiet or not.
+    assert "--quiet" not in _mpi.command(_mpi.Mpirun("mpirun", 5), 1, ["prog"], True, None, None)
+
+
+# An mpirun that answers `--version` as Open MPI 5's does, refuses what Open MPI 5.0's refuses (--quiet,
+# --oversubscribe) with its exit code, and otherwise starts the rank processes itself as MPI ranks.
+FAKE_MPIRUN_5 = """\
+#!{python}
+import os, subprocess, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_MPIRUN_LOG"], "a") as log:
+    log.write(repr(args) + "\\n")
+if args == ["--version"]:
+    print("mpirun (Open MPI) 5.0.3\\n\\nReport bugs to https://www.open-mpi.org/community/help/")
+    sys.exit(0)
+for refused in ("--quiet", "--oversubscribe"):
+    if refused in args:
+        print(f"prterun: Error: unrecognized option \\"{{refused}}\\"", file=sys.stderr)
+        sys.exit(213)
+ranks = int(args[args.index("-np") + 1])
+program = args[args.index("popdist._rank") - 2:]
+procs = [
+    subprocess.Popen(program, env={{**os.environ, "OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(ranks)}})
+    for r in range(ranks)
+]
+codes = [p.wait() for p in procs]
+sys.exit(next((c for c in codes if c), 0))
+"""
+
+
+def test_open_mpi_5_gets_only_options_it_takes(tmp_path: Path) -> None:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    fake = folder / "mpirun"
+    fake.write_text(FAKE_MPIRUN_5.format(python=sys.executable))
+    fake.chmod(0o755)
+    log = tmp_path / "mpirun.log"
+    env = _clean_env(PATH=f"{folder}{os.pathsep}{os.environ.get('PATH', '')}", FAKE_MPIRUN_LOG=str(log))
+    prog = _program(
+        tmp_path, "import os, popdist; print(popdist.getInstanceIndex(), os.environ['OMPI_COMM_WORLD_RANK'])"
+    )
+    result = _poprun("--mpi", "on", "--num-instances", "2", sys.executable, str(prog), env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[1,0]<stdout>:0 0", "[1,1]<stdout>:1 1"]
+    calls = log.read_text().splitlines()
+    assert calls[0] == repr(["--version"]) and "--quiet" not in calls[1], calls

@@ -28,6 +28,9 @@ DEFAULT_PORT = 8482
 # JAX's override of the coordinator port it derives from a cluster's job id.
 PORT_VARIABLE = "JAX_COORDINATOR_PORT"
 CLUSTERS = ("auto", "ompi", "slurm", "none")
+# The most hosts a launch may have: a host list is expanded in memory, and a typo such as n[0-999999999]
+# must be a clear error rather than a process that fills the memory.
+MAX_HOSTS = 65536
 
 _EPHEMERAL_BASE = 65535 - 2**12 + 1
 # Set by Open MPI's mpirun (up to Open MPI 4) for the processes it starts, as JAX checks.
@@ -59,6 +62,7 @@ def expand_hosts(text: str) -> list[str]:
             continue
         if not ranges:
             hosts.append(prefix + rest)
+            _check_count(f"host list {text!r}", len(hosts))
             continue
         for part in ranges.split(","):
             low, _, high = part.strip().partition("-")
@@ -67,8 +71,15 @@ def expand_hosts(text: str) -> list[str]:
             end = int(high) if high else int(low)
             if end < int(low):
                 raise ValueError(f"host list {text!r}: range {part!r} runs backwards")
+            # Counted before anything is expanded.
+            _check_count(f"host list {text!r}", len(hosts) + end - int(low) + 1)
             hosts.extend(f"{prefix}{n:0{len(low)}d}{rest}" for n in range(int(low), end + 1))
     return hosts
+
+
+def _check_count(what: str, count: int) -> None:
+    if count > MAX_HOSTS:
+        raise ValueError(f"{what} names {count} hosts, more than poprun takes ({MAX_HOSTS})")
 
 
 def read_hostfile(path: str) -> list[str]:
@@ -81,6 +92,7 @@ def read_hostfile(path: str) -> list[str]:
     hosts = [h for line in lines if (h := line.split("#", 1)[0].strip())]
     if not hosts:
         raise ValueError(f"the hostfile {path!r} names no host")
+    _check_count(f"the hostfile {path!r}", len(hosts))
     return hosts
 
 
@@ -178,6 +190,8 @@ def resolve(
     count = len(hosts) if hosts is not None else num_hosts
     if count is None:
         count = detected.num_hosts if detected is not None else 1
+    if not 0 < count <= MAX_HOSTS:
+        raise ValueError(f"{count} hosts: poprun takes 1 to {MAX_HOSTS}")
     index = host_index
     if index is None and hosts is not None:
         index = 0 if len(hosts) == 1 else _this_host_in(hosts)

@@ -104,8 +104,9 @@ def command(
     line = [mpirun.path, "-np", str(ranks), *spread, "--bind-to", "none"]
     if os.geteuid() == 0:
         line.append("--allow-run-as-root")
-    if quiet:
-        # poprun names a failed instance itself; mpirun's explanations would only repeat it.
+    if quiet and mpirun.major < 5:
+        # poprun names a failed instance itself; mpirun's explanations would only repeat it. Open MPI 5's
+        # mpirun (PRRTE's) has no --quiet and refuses to start with it (exit 213).
         line.append("--quiet")
     for extra in (global_args, local_args):
         if extra:
