@@ -11,7 +11,9 @@ from popxl import distributed, ops
 
 
 def main(port: int, process_id: int) -> None:
-    distributed.initialize(f"127.0.0.1:{port}", 2, process_id, cpu_devices=2)
+    distributed.initialize(
+        f"127.0.0.1:{port}", 2, process_id, cpu_devices=2, coordinator_bind_address=f"127.0.0.1:{port}"
+    )
     ir = popxl.Ir(replication=4)
     with ir.main_graph, popxl.in_sequence(True):
         h = popxl.h2d_stream((3,), popxl.float32, "x")

@@ -125,7 +125,11 @@ def init(timeout: float | None = None) -> None:
     from popdist import _jax
 
     timeout_left = max(1, math.ceil(deadline - time.monotonic()))
-    _jax.initialize(address, count, index, cpu_devices=cpu_devices, timeout=timeout_left)
+    # JAX's coordinator (unauthenticated gRPC) listens only at the address poprun named, loopback on one
+    # host, rather than on every interface as JAX would.
+    _jax.initialize(
+        address, count, index, cpu_devices=cpu_devices, timeout=timeout_left, coordinator_bind_address=address
+    )
     _joined = True
 
 
