@@ -1,9 +1,11 @@
-"""Sessions for the monorepo: per-package tests, type checks and lint, plus the demo and benchmarks."""
+"""Sessions for the monorepo: per-package tests, type checks and lint, the demo and benchmarks, and the
+distributions, docs site and notebook as users get them (build, install_alone, docs, notebook)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -141,3 +143,31 @@ def bench(session: nox.Session) -> None:
     _install(session, "harness")
     for script in BENCHMARKS:
         session.run("python", f"benchmarks/{script}.py", *session.posargs)
+
+
+# The distributions as users install them: wheels and sdists of every package in one find-links folder.
+DIST = Path("dist")
+
+
+def _build(session: nox.Session) -> None:
+    """A wheel and an sdist of every package into dist/ (emptied first), each wheel built from its sdist."""
+    shutil.rmtree(DIST, ignore_errors=True)
+    for package in PACKAGES:
+        # uv is beside nox (CI and the README install them together); `python -m uv` finds it from nox's interpreter.
+        session.run(sys.executable, "-m", "uv", "build", "--quiet", "--out-dir", str(DIST), f"packages/{package}")
+
+
+@nox.session(venv_backend="none")
+def build(session: nox.Session) -> None:
+    """Wheels and sdists of the five distributions into dist/, at the version in VERSION."""
+    _build(session)
+    session.log("built: " + ", ".join(sorted(p.name for p in DIST.iterdir())))
+
+
+@nox.session
+def install_alone(session: nox.Session) -> None:
+    """Each distribution installed alone from dist/ in a fresh venv: imported, run and type-checked (mypy --strict)."""
+    _build(session)
+    session.install("pytest>=8", "pytest-xdist>=3", "uv")
+    env = {"POPXL_DIST_DIR": str(DIST.resolve())}
+    session.run("pytest", "tests_dist/test_install_alone.py", "-q", "-n", "2", *session.posargs, env=env)
