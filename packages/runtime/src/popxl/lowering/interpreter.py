@@ -92,12 +92,18 @@ class LoweringContext:
         return getattr(self.options, name, default)
 
     def check(
-        self, ok: jax.Array, what: str, index: jax.Array, bound: int, name_index: Callable[[int], str] | None = None
+        self,
+        ok: jax.Array,
+        what: str,
+        index: jax.Array,
+        bound: int,
+        name_index: Callable[[int], str] | None = None,
+        low: int = 0,
     ) -> None:
-        """Record a failed check (the first per replica) unless checks are off."""
+        """Record a failed check (the first per replica) unless checks are off; valid indices are [low, bound)."""
         if self.sites is None:
             return
-        code = self.sites.code(f"{what}: index {{index}} is out of range [0, {bound})", name_index)
+        code = self.sites.code(f"{what}: index {{index}} is out of range [{low}, {bound})", name_index)
         state = self.world.check_state
         fresh = (state.code == 0) & jnp.logical_not(ok)
         self.world.write_check_state(

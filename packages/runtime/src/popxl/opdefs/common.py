@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -81,12 +82,15 @@ def _lower_vjp(ctx: LoweringContext, attrs: Attrs, *vals: jax.Array) -> list[jax
     wrt: tuple[int, ...] = attrs["wrt"]
     out_specs: list[TensorSpec] = attrs["out_specs"]
     grads = dict(zip(attrs["grads_of"], vals[len(attrs["needs"]) :]))
+    # The forward op checked its indices; its lowering traced again here records no checks.
+    quiet = copy.copy(ctx)
+    quiet.sites = None
 
     def f(*diff: jax.Array) -> list[jax.Array]:
         full = list(primals)
         for i, v in zip(wrt, diff):
             full[i] = v
-        return list(fwd.lower(ctx, fwd_attrs, *full))
+        return list(fwd.lower(quiet, fwd_attrs, *full))
 
     _, pullback = jax.vjp(f, *(primals[i] for i in wrt))
     cotangents = [grads[k] if k in grads else zeros_of(s) for k, s in enumerate(out_specs)]

@@ -1,5 +1,12 @@
 """Indexing ops: gather (grouped too), dynamic slices and updates, one-hot encoding, arg-max and arg-min,
-scatter and scatter-reduce."""
+scatter and scatter-reduce.
+
+Every run-time index is checked when the Session has checks on (the default): an index out of its range
+makes `Session.run` raise `popxl.OutOfRangeError` naming the op and the index, and change nothing. With
+`checks=False` each op does what XLA does with such an index, as its `popxl.ops` docstring says: gathers
+and dynamic slices and updates clamp it, scatters drop the entry, one-hot encodings and nll labels give
+no class.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,31 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import Attrs, OpDef, register
+from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
 from popxl.opdefs.common import axis_in, modifies_first, vjp_grad
 from popxl.tensor import TensorSpec
 
 if TYPE_CHECKING:
     from popxl.lowering.interpreter import LoweringContext
+
+
+def _checked(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({CHECK_RESULT})
+
+
+def _checked_unless_zero_oor(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset() if attrs["zero_OOR"] else frozenset({CHECK_RESULT})
+
+
+def check_indices(ctx: LoweringContext, indices: jax.Array, low: int, high: int, what: str) -> None:
+    """Record one run-time check that every entry of `indices` lies in [low, high); the first one outside
+    is the offending index."""
+    flat = jnp.ravel(indices).astype(jnp.int32)
+    if flat.size == 0:
+        ctx.check(jnp.bool_(True), what, jnp.int32(0), high, low=low)
+        return
+    outside = (flat < low) | (flat >= high)
+    ctx.check(jnp.logical_not(jnp.any(outside)), what, flat[jnp.argmax(outside)], high, low=low)
 
 
 def _check_index(what: str, spec: TensorSpec) -> None:
@@ -35,15 +61,23 @@ def _gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
     return [TensorSpec((*t.shape[:axis], *indices.shape, *t.shape[axis + 1 :]), t.dtype)]
 
 
-def _lower_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array) -> list[jax.Array]:
-    axis = attrs["axis"]
+def _gathered(t: jax.Array, indices: jax.Array, axis: int, zero_oor: bool) -> jax.Array:
+    # Indices outside [0, size) are clamped, or give zeros with zero_OOR; negative ones too, as popart
+    # reads gather indices as unsigned.
     size = t.shape[axis]
     out = jnp.take(t, jnp.clip(indices, 0, size - 1), axis=axis)
-    if attrs["zero_OOR"]:
+    if zero_oor:
         inside = (indices >= 0) & (indices < size)
         shape = (1,) * axis + indices.shape + (1,) * (t.ndim - axis - 1)
         out = jnp.where(inside.reshape(shape), out, jnp.zeros_like(out))
-    return [out]
+    return out
+
+
+def _lower_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array) -> list[jax.Array]:
+    axis = attrs["axis"]
+    if not attrs["zero_OOR"]:
+        check_indices(ctx, indices, 0, t.shape[axis], f"gather along axis {axis}")
+    return [_gathered(t, indices, axis, attrs["zero_OOR"])]
 
 
 # popart lets transforms set the available memory proportion of its gathers and scatters.
@@ -56,6 +90,7 @@ GATHER = register(
         _lower_gather,
         grad=vjp_grad({0: (1,)}),
         normalise=_gather_normalise,
+        writes=_checked_unless_zero_oor,
         ipu_settings=_SETTINGS,
     )
 )
@@ -83,22 +118,37 @@ def _slice_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     return [TensorSpec(tuple(shape), t.dtype)]
 
 
-def _starts(t: jax.Array, index: jax.Array, axes: Sequence[int]) -> list[jax.Array]:
+def _starts(t: jax.Array, index: jax.Array, attrs: Attrs) -> list[jax.Array]:
+    # Clamped so that the slice fits (JAX alone would first count a negative start from the end).
     starts = [jnp.int32(0)] * t.ndim
-    for k, a in enumerate(axes):
-        starts[a] = index[k].astype(jnp.int32)
+    for k, (a, s) in enumerate(zip(attrs["axes"], attrs["sizes"])):
+        starts[a] = jnp.clip(index[k].astype(jnp.int32), 0, t.shape[a] - s)
     return starts
 
 
+def _check_starts(ctx: LoweringContext, what: str, t: jax.Array, index: jax.Array, attrs: Attrs) -> None:
+    # A start is valid where the whole slice fits: [0, dim - size]; XLA clamps the others to fit.
+    for k, (a, s) in enumerate(zip(attrs["axes"], attrs["sizes"])):
+        check_indices(ctx, index[k], 0, t.shape[a] - s + 1, f"{what} along axis {a} (size {s} of {t.shape[a]})")
+
+
 def _lower_dynamic_slice(ctx: LoweringContext, attrs: Attrs, t: jax.Array, index: jax.Array) -> list[jax.Array]:
+    _check_starts(ctx, "dynamic_slice", t, index, attrs)
     sizes = list(t.shape)
     for a, s in zip(attrs["axes"], attrs["sizes"]):
         sizes[a] = s
-    return [jax.lax.dynamic_slice(t, _starts(t, index, attrs["axes"]), sizes)]
+    return [jax.lax.dynamic_slice(t, _starts(t, index, attrs), sizes)]
 
 
 DYNAMIC_SLICE = register(
-    OpDef("dynamic_slice", _slice_infer, _lower_dynamic_slice, grad=vjp_grad({0: (1,)}), normalise=_slice_normalise)
+    OpDef(
+        "dynamic_slice",
+        _slice_infer,
+        _lower_dynamic_slice,
+        grad=vjp_grad({0: (1,)}),
+        normalise=_slice_normalise,
+        writes=_checked,
+    )
 )
 
 
@@ -113,7 +163,8 @@ def _update_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
 
 
 def _lower_update(ctx: LoweringContext, attrs: Attrs, t: jax.Array, u: jax.Array, i: jax.Array) -> list[jax.Array]:
-    return [jax.lax.dynamic_update_slice(t, u, _starts(t, i, attrs["axes"]))]
+    _check_starts(ctx, "dynamic_update", t, i, attrs)
+    return [jax.lax.dynamic_update_slice(t, u, _starts(t, i, attrs))]
 
 
 DYNAMIC_UPDATE = register(
@@ -123,6 +174,7 @@ DYNAMIC_UPDATE = register(
         _lower_update,
         grad=vjp_grad({0: (2,), 1: (2,)}),
         normalise=_slice_normalise,
+        writes=_checked,
     )
 )
 
@@ -134,6 +186,7 @@ DYNAMIC_UPDATE_INPLACE = register(
         output_names=("dynamic_update_out",),
         normalise=_slice_normalise,
         modifies=modifies_first,
+        writes=_checked,
     )
 )
 
@@ -154,11 +207,21 @@ def _onehot_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]
 
 
 def _lower_onehot(ctx: LoweringContext, attrs: Attrs, t: jax.Array, values: jax.Array) -> list[jax.Array]:
+    check_indices(ctx, t, 0, attrs["num_classes"], "onehot")
     hot = jax.nn.one_hot(t, attrs["num_classes"], axis=attrs["axis"], dtype=jnp.bool_)
     return [jnp.where(hot, values[1], values[0])]
 
 
-ONEHOT = register(OpDef("onehot", _onehot_infer, _lower_onehot, grad=vjp_grad({1: (0,)}), normalise=_onehot_normalise))
+ONEHOT = register(
+    OpDef(
+        "onehot",
+        _onehot_infer,
+        _lower_onehot,
+        grad=vjp_grad({1: (0,)}),
+        normalise=_onehot_normalise,
+        writes=_checked,
+    )
+)
 
 
 def _arg_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
@@ -240,9 +303,13 @@ def _lower_scatter(
 ) -> list[jax.Array]:
     # ONNX ScatterElements: along `axis` the position comes from `indices`, along the others from the entry itself.
     axis = attrs["axis"]
+    size = t.shape[axis]
+    # As ONNX, an index in [-size, 0) counts from the end; entries outside [-size, size) write nothing.
+    check_indices(ctx, indices, -size, size, f"scatter along axis {axis}")
     grid = list(jnp.indices(indices.shape, sparse=True))
-    grid[axis] = jnp.where(indices < 0, indices + t.shape[axis], indices)
-    return [t.at[tuple(grid)].set(values)]
+    wrapped = jnp.where(indices < 0, indices + size, indices)
+    grid[axis] = jnp.where((wrapped >= 0) & (wrapped < size), wrapped, size)
+    return [t.at[tuple(grid)].set(values, mode="drop")]
 
 
 SCATTER = register(
@@ -252,6 +319,7 @@ SCATTER = register(
         _lower_scatter,
         grad=vjp_grad({0: (1,), 2: (1,)}),
         normalise=_scatter_normalise,
+        writes=_checked,
         ipu_settings=_SETTINGS,
     )
 )
@@ -281,8 +349,10 @@ def _grouped_gather_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Ten
 def _lower_grouped_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array) -> list[jax.Array]:
     if attrs["group_size"] == 1:
         return _lower_gather(ctx, attrs, t, indices)
-    inner = {**attrs, "axis": attrs["axis"] - 1}
-    return [jax.vmap(lambda tg, ig: _lower_gather(ctx, inner, tg, ig)[0])(t, indices)]
+    axis, zero_oor = attrs["axis"], attrs["zero_OOR"]
+    if not zero_oor:
+        check_indices(ctx, indices, 0, t.shape[axis], f"groupedgather along axis {axis}")
+    return [jax.vmap(lambda tg, ig: _gathered(tg, ig, axis - 1, zero_oor))(t, indices)]
 
 
 GROUPED_GATHER = register(
@@ -292,6 +362,7 @@ GROUPED_GATHER = register(
         _lower_grouped_gather,
         grad=vjp_grad({0: (1,)}),
         normalise=_grouped_gather_normalise,
+        writes=_checked_unless_zero_oor,
         ipu_settings=_SETTINGS,
     )
 )
@@ -339,8 +410,11 @@ def _extreme(dtype: Any, highest: bool) -> jax.Array:
 def _lower_scatter_reduce(
     ctx: LoweringContext, attrs: Attrs, data: jax.Array, indices: jax.Array, *initial: jax.Array
 ) -> list[jax.Array]:
-    axis, reduction = attrs["axis"], attrs["reduction"]
-    out_shape = (*data.shape[:axis], attrs["axis_size"], *data.shape[axis + 1 :])
+    axis, reduction, size = attrs["axis"], attrs["reduction"], attrs["axis_size"]
+    out_shape = (*data.shape[:axis], size, *data.shape[axis + 1 :])
+    check_indices(ctx, indices, 0, size, f"scatter_reduce along axis {axis}")
+    # Entries whose index is outside [0, axis_size), negative ones too, reduce into nothing.
+    indices = jnp.where((indices >= 0) & (indices < size), indices, size)
     if indices.ndim == 1 and data.ndim > 1:
         indices = indices.reshape([-1 if i == axis else 1 for i in range(data.ndim)])
     where = list(jnp.indices(data.shape, sparse=True))
@@ -354,16 +428,16 @@ def _lower_scatter_reduce(
         base = jnp.zeros(out_shape, data.dtype)
     at = base.at[target]
     if reduction == "sum":
-        out = at.add(data)
+        out = at.add(data, mode="drop")
     elif reduction == "max":
-        out = at.max(data)
+        out = at.max(data, mode="drop")
     elif reduction == "min":
-        out = at.min(data)
+        out = at.min(data, mode="drop")
     else:
-        out = at.set(data)
+        out = at.set(data, mode="drop")
     if not initial and reduction in ("min", "max"):
         # Positions no element reaches are zero, as popart fills them.
-        hit = jnp.zeros(out_shape, bool).at[target].set(True)
+        hit = jnp.zeros(out_shape, bool).at[target].set(True, mode="drop")
         out = jnp.where(hit, out, jnp.zeros_like(out))
     return [out]
 
@@ -375,6 +449,7 @@ SCATTER_REDUCE = register(
         _lower_scatter_reduce,
         grad=vjp_grad(),
         normalise=_scatter_reduce_normalise,
+        writes=_checked,
         ipu_settings=_SETTINGS,
     )
 )

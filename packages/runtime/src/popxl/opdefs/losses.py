@@ -10,6 +10,9 @@ not ignored (at least one).
 NllOp; `nll_loss_with_softmax_grad` flattens both, as popart's
 NlllWithSoftmaxGradDirectOp, so its labels may have any shape with one element
 per row of classes, and its unreduced loss has the labels' shape.
+
+A label outside [0, classes) that is not `ignore_index` makes a checked run
+raise `popxl.OutOfRangeError`; unchecked, its probability counts as 0.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from popxl.op import Attrs, OpDef, register
+from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
 from popxl.opdefs.common import vjp_grad
+from popxl.opdefs.indexing import check_indices
 from popxl.tensor import TensorSpec
 
 if TYPE_CHECKING:
@@ -101,7 +105,19 @@ def _reduce(losses: jax.Array, labels: jax.Array, attrs: Attrs) -> jax.Array:
     return total.astype(losses.dtype)
 
 
+def _checked(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({CHECK_RESULT})
+
+
+def _check_labels(ctx: LoweringContext, what: str, labels: jax.Array, classes: int, attrs: Attrs) -> None:
+    ignore = attrs["ignore_index"]
+    # An ignored label is valid whatever its value.
+    checked = labels if ignore is None else jnp.where(labels == ignore, 0, labels)
+    check_indices(ctx, checked, 0, classes, f"{what} label")
+
+
 def _lower_nll(ctx: LoweringContext, attrs: Attrs, probs: jax.Array, labels: jax.Array) -> list[jax.Array]:
+    _check_labels(ctx, "nll_loss", labels, probs.shape[-1], attrs)
     return [_reduce(_losses(probs, labels, attrs), labels, attrs)]
 
 
@@ -112,6 +128,7 @@ NLL = register(
         _lower_nll,
         grad=vjp_grad({0: (0, 1)}),
         normalise=_normalise,
+        writes=_checked,
     )
 )
 
@@ -121,6 +138,7 @@ def _lower_nll_softmax_grad(
 ) -> list[jax.Array]:
     rows = probs.reshape(-1, probs.shape[-1])
     flat = labels.reshape(-1)
+    _check_labels(ctx, "nll_loss_with_softmax_grad", flat, rows.shape[-1], attrs)
     kept = _kept(flat, attrs)
     loss = _reduce(_losses(rows, flat, {**attrs, "log_prob": False}), flat, attrs)
     # d loss / d logits of a softmax: (p - onehot), per sample scaled as the loss is, and by dE/dl.
@@ -148,5 +166,6 @@ NLL_WITH_SOFTMAX_GRAD = register(
         _lower_nll_softmax_grad,
         normalise=_normalise_flattened,
         output_names=("loss", "dx"),
+        writes=_checked,
     )
 )

@@ -27,6 +27,9 @@ def gather(
 ) -> Tensor:
     """Elements of `t` at `indices` along `axis` (as numpy.take); out-of-range ones are zeros with `zero_OOR`.
 
+    Indices lie in [0, size): a negative one is out of range too, as popart reads gather indices as unsigned.
+    Without `zero_OOR` an out-of-range index makes a checked run raise `popxl.OutOfRangeError`; with
+    `checks=False` it is clamped into [0, size), as XLA does.
     `available_memory_proportion` is IPU-only (`popxl.ipu_only`)."""
     out = create_op(ix.GATHER, [t, _indices(indices)], {"axis": axis, "zero_OOR": zero_OOR})[0]
     ipu_only.record(out, available_memory_proportion=available_memory_proportion)
@@ -38,6 +41,9 @@ def dynamic_slice(
 ) -> Tensor:
     """A slice of `sizes` along `axes`, starting at the run-time `index` (one start per axis).
 
+    A start outside [0, dim - size] makes a checked run raise `popxl.OutOfRangeError`; with `checks=False`
+    it is clamped into that range, as XLA does (so index 100 of 8 elements, size 2, gives the last two).
+
     `no_overlap` is popxl's promise that each region has one writer, which lets an IPU skip work; the
     gradient here is right either way, so it is IPU-only (`popxl.ipu_only`)."""
     out = create_op(ix.DYNAMIC_SLICE, [t, index], {"axes": list(axes), "sizes": list(sizes)})[0]
@@ -48,8 +54,8 @@ def dynamic_slice(
 def dynamic_update(
     t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False
 ) -> Tensor:
-    """A copy of `t` with `t_update` written at the run-time `index` along `axes` (`no_overlap` as for
-    `dynamic_slice`)."""
+    """A copy of `t` with `t_update` written at the run-time `index` along `axes` (`no_overlap`, and an
+    out-of-range `index`: raised when checked, else clamped, as for `dynamic_slice`)."""
     out = create_op(ix.DYNAMIC_UPDATE, [t, t_update, index], {"axes": list(axes), "sizes": list(sizes)})[0]
     ipu_only.record(out, no_overlap=no_overlap)
     return out
@@ -67,7 +73,10 @@ def dynamic_update_(
 
 
 def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1) -> Tensor:
-    """`values[1]` where an axis position equals the index in `t`, `values[0]` elsewhere."""
+    """`values[1]` where an axis position equals the index in `t`, `values[0]` elsewhere.
+
+    An index outside [0, num_classes) makes a checked run raise `popxl.OutOfRangeError`; with
+    `checks=False` its row is all `values[0]`."""
     classes = (
         num_classes if isinstance(num_classes, int) else int(np.asarray(getattr(num_classes, "data", num_classes)))
     )
@@ -91,7 +100,8 @@ def tied_gather(
     available_memory_proportion: float | None = None,
     zero_OOR: bool = False,
 ) -> Tensor:
-    """`gather` for a weight shared with a matmul (the tie changes IPU tile layout only; values are the same)."""
+    """`gather` for a weight shared with a matmul (the tie changes IPU tile layout only; values and index
+    checks are the same)."""
     # popxl names it `tiedgather_out` (python/popxl/ops/gather.py: tied_gather).
     attrs = {"axis": axis, "zero_OOR": zero_OOR}
     out = create_op(ix.GATHER, [t, _indices(indices)], attrs, names=["tiedgather_out"])[0]
@@ -120,6 +130,8 @@ def scatter(
 ) -> Tensor:
     """A copy of `t` with `values` written where `indices` point along `axis` (ONNX ScatterElements).
 
+    As ONNX, an index in [-size, 0) counts from the end. One outside [-size, size) makes a checked run
+    raise `popxl.OutOfRangeError`; with `checks=False` its entry writes nothing, as XLA's scatter.
     `available_memory_proportion` is IPU-only (`popxl.ipu_only`)."""
     out = create_op(ix.SCATTER, [t, _indices(indices), values], {"axis": axis})[0]
     ipu_only.record(out, available_memory_proportion=available_memory_proportion)
@@ -135,7 +147,7 @@ def groupedgather(
     zero_OOR: bool = False,
 ) -> Tensor:
     """`gather` in each of `group_size` groups: `t` and `indices` have a leading group axis, and `axis` (after
-    it) is gathered within each group."""
+    it) is gathered within each group; out-of-range indices as for `gather`."""
     attrs = {"axis": axis, "group_size": group_size or 1, "zero_OOR": zero_OOR}
     # popxl's gather and groupedgather both name it `gather_out` (python/popxl/ops/gather.py).
     out = create_op(ix.GROUPED_GATHER, [t, _indices(indices)], attrs, names=["gather_out"])[0]
@@ -161,6 +173,8 @@ def scatter_reduce(
     broadcast to it, give an output of the data's shape but for `axis`. popart's
     `enable_index_broadcast=False` keeps the indices' own shape instead (the output follows it); for indices
     of the data's shape that is the same op, and any other indices are refused naming it.
+    An index outside [0, axis_size) makes a checked run raise `popxl.OutOfRangeError`; with `checks=False`
+    its element reduces into nothing, as XLA's scatter drops it.
     `available_memory_proportion` is IPU-only (`popxl.ipu_only`)."""
     index = _indices(indices)
     if not isinstance(enable_index_broadcast, bool | int | np.bool_) or int(enable_index_broadcast) not in (0, 1):

@@ -15,7 +15,8 @@ def nll_loss(
     probs: Tensor, labels: Tensor, ignore_index: int | None = None, reduction: str = "mean", log_prob: bool = False
 ) -> Tensor:
     """Negative log likelihood of `labels` under `probs` (or log-probabilities with `log_prob`), over the last
-    axis; reduced by 'mean', 'sum' or 'none'. Labels equal to `ignore_index` contribute nothing."""
+    axis; reduced by 'mean', 'sum' or 'none'. Labels equal to `ignore_index` contribute nothing; any other
+    label outside [0, classes) makes a checked run raise `popxl.OutOfRangeError` (unchecked: probability 0)."""
     attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": log_prob}
     # popxl: `loss` (python/popxl/ops/negative_log_likelihood.py).
     return create_op(losses.NLL, [probs, labels], attrs, names=["loss"])[0]
