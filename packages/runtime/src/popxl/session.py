@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -11,6 +13,7 @@ from popxl import dtypes
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering import fit
+from popxl.lowering.disk_tier import is_file_view
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -46,6 +49,18 @@ class Session:
     detaches, even after an error. So a program's state is held once, not on
     the host and the device both (on a CPU, one memory).
 
+    With `remote_dir` (or the environment variable POPXL_REMOTE_DIR), remote
+    buffers and remote variables that do not say where they live (`memory`)
+    keep their entries in files of that folder on local disk instead of
+    memory, and the program's loads and stores stream them through staging
+    buffers: at most `remote_staging` bytes (POPXL_REMOTE_STAGING, default
+    512 MiB) read ahead and as many written behind. Attaching is refused where
+    the folder's disk has too little room. A detached remote variable there
+    has for host value a read-only view of its entry in the file, which the
+    OS reads as it is used: state larger than memory is never read whole.
+    `memory_analysis` counts the staging as host bytes, the files as
+    `disk_bytes`.
+
     A variable created from an `np.memmap` keeps its host value in the map:
     `get_tensor_data` returns the map itself and `weights_to_host` writes into
     it and flushes it; with a read-only map, weights never go to the host (as
@@ -61,9 +76,16 @@ class Session:
         replica_mode: str = "auto",
         donate_state: bool | None = None,
         remote_memory: str | None = None,
+        remote_dir: str | os.PathLike[str] | None = None,
+        remote_staging: int | None = None,
     ) -> None:
         self.ir = ir
-        self._program = Program(ir, device_desc, checks, replica_mode, donate_state, remote_memory)
+        self._program = Program(
+            ir, device_desc, checks, replica_mode, donate_state, remote_memory, remote_dir, remote_staging
+        )
+        if self._program.disk is not None:
+            # The files go with the Session; views of them handed out stay readable (the OS keeps what is mapped).
+            weakref.finalize(self, self._program.disk.remove)
         self._read_only_maps = [
             v.id for v in self._program.variables if v.is_memmap and not v.host_data.flags.writeable
         ]
@@ -138,6 +160,8 @@ class Session:
         if missing:
             values = self._program.read_variables(self._state, missing)
             self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
+        if self._program.disk is not None:
+            self._program.disk.close()
         for v, held in self._host.items():
             if v._held_by(self):
                 assert held is not None
@@ -361,7 +385,10 @@ class Session:
                 if t.retrieval_mode == "all_replicas" and t.replica_grouping.group_size > 1:
                     out[t] = self._every_replica(t)
                 elif held is None:  # held on the devices alone: a new array, the caller's own
-                    out[t] = dtypes.host_view(self._program.read_variables(self._state, [t])[t])
+                    value = self._program.read_variables(self._state, [t])[t]
+                    out[t] = dtypes.host_view(value.copy() if is_file_view(value) else value)
+                elif is_file_view(held):  # a file the next run writes
+                    out[t] = held.copy()
                 else:
                     out[t] = held if isinstance(held, np.memmap) else held.copy()
             else:

@@ -10,9 +10,10 @@ import jax.numpy as jnp
 
 from popxl.graph import Graph
 from popxl.lowering.aliasing import Aliasing
+from popxl.lowering.disk_tier import DiskTier
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, World
-from popxl.op import CHECK_RESULT, Resource, graph_writes
+from popxl.op import CHECK_RESULT, Resource, graph_reads, graph_writes
 from popxl.remote_buffer import RemoteBuffer
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.tensor import Constant, Tensor
@@ -45,15 +46,16 @@ class CheckSites:
 class LoweringContext:
     """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks.
 
-    `remote_memory` says where remote buffers' storage lives unless a buffer says
-    otherwise (`RemoteBuffer.memory`), and where host stream data waits: "host" or "device";
-    `options` are the Ir's session options (popxl's names), for lowerings they tune;
-    `host_effects` is False while a program is traced only for its checks, so that
-    lowerings with effects on the host (printing) leave them out; `host_outputs`
-    says whether what host_stores write waits in host memory; `copy_out_loads`, whether
-    a remote load inside a loop that also stores to its buffer is copied out where it
-    is loaded (`remote_memory.copied_out`). `looped` holds the resources the loops being
-    traced write.
+        `remote_memory` says where remote buffers' storage lives unless a buffer says
+        otherwise (`RemoteBuffer.memory`), and where host stream data waits: "host" or "device";
+        `options` are the Ir's session options (popxl's names), for lowerings they tune;
+        `host_effects` is False while a program is traced only for its checks, so that
+        lowerings with effects on the host (printing) leave them out; `host_outputs`
+        says whether what host_stores write waits in host memory; `copy_out_loads`, whether
+        a remote load inside a loop that also stores to its buffer is copied out where it
+        is loaded (`remote_memory.copied_out`); `disk`, the files of the remote buffers
+        on local disk (`DiskTier`), which loads and stores reach through host callbacks.
+        `looped` holds the resources the loops being traced write.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class LoweringContext:
         host_effects: bool = True,
         host_outputs: bool = False,
         copy_out_loads: bool = False,
+        disk: DiskTier | None = None,
     ) -> None:
         self.world = world
         self.host_inputs = host_inputs
@@ -77,11 +80,18 @@ class LoweringContext:
         self.host_effects = host_effects
         self.host_outputs = host_outputs
         self.copy_out_loads = copy_out_loads
+        self.disk = disk
         self.looped: frozenset[Resource] = frozenset()
 
     def in_host(self, buffer: RemoteBuffer) -> bool:
         """Whether `buffer`'s storage lives in host memory."""
         return (buffer.memory or self.remote_memory) == "host"
+
+    def on_disk(self, buffer: RemoteBuffer) -> DiskTier | None:
+        """The disk tier holding `buffer`'s entries in a file, or None where its storage is in memory."""
+        if self.disk is not None and any(buffer is b for b in self.disk.buffers):
+            return self.disk
+        return None
 
     def copies_out(self, buffer: RemoteBuffer) -> bool:
         """Whether a load from `buffer` here is copied out where it is loaded."""
@@ -124,6 +134,8 @@ class LoweringContext:
     def writes(self, graph: Graph) -> list[Resource]:
         """The resources of this world that running `graph` replaces, as its ops declare them."""
         declared = graph_writes(graph)
+        if self.disk is not None:  # a load of a buffer on disk moves its token on (see `remote_memory.disk_load`)
+            declared |= {r for r in graph_reads(graph) if isinstance(r, RemoteBuffer) and self.on_disk(r)}
         skipped = {CHECK_RESULT} if self.sites is None else set()
         return sorted((r for r in declared if r in self.world and r not in skipped), key=repr)
 

@@ -17,9 +17,10 @@ from jax._src.interpreters import partial_eval
 
 from popxl.errors import OutOfMemoryError, OutOfRangeError
 from popxl.ir import Ir
-from popxl.lowering import fit
+from popxl.lowering import disk_tier, fit
 from popxl.lowering.aliasing import Aliasing
 from popxl.lowering.cache import use_engine_cache
+from popxl.lowering.disk_tier import DiskTier
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.memory import Footprint
 from popxl.lowering.placement import ReplicaPlacement
@@ -73,6 +74,8 @@ class Program:
         replica_mode: str = "auto",
         donate_state: bool | None = None,
         remote_memory: str | None = None,
+        remote_dir: str | os.PathLike[str] | None = None,
+        remote_staging: int | None = None,
     ) -> None:
         if replica_mode not in ("auto", "devices", "simulate"):
             raise ValueError(f"replica_mode must be 'auto', 'devices' or 'simulate', got {replica_mode!r}")
@@ -86,7 +89,15 @@ class Program:
         ops = [op for g in reachable_graphs(ir.main_graph) for op in g.ops]
         _check_ops(ops)
         self._collect_resources(ops)
+        folder = disk_tier.remote_dir(remote_dir)
+        self.disk = None if folder is None else DiskTier(folder, disk_tier.staging_bytes(remote_staging))
         self.state = self._lay_out_state()
+        self.disk = self.state.disk
+        if self.disk is not None and self.replicas > 1:
+            raise NotImplementedError(
+                f"Remote buffers on disk (remote_dir={str(folder)!r}) need a program of one replica; this one has "
+                f"{self.replicas}: keep its remote buffers in memory (no remote_dir, POPXL_REMOTE_DIR unset)"
+            )
         self._place_replicas(ops, device_desc, replica_mode)
         self.remote_memory = self._remote_memory(remote_memory)
         self._build_step(checks, donate_state is None or donate_state)
@@ -102,7 +113,7 @@ class Program:
         """The state layout, with what one run writes from the ops' declarations: it is all the step returns."""
         main = self.ir.main_graph
         written = [*Aliasing(main).written(), *graph_writes(main)]
-        return StateLayout(main.variables, self.buffers, self.replicas, written)
+        return StateLayout(main.variables, self.buffers, self.replicas, written, self.disk, lambda b: b.memory is None)
 
     def _place_replicas(self, ops: list[Op], device_desc: str, replica_mode: str) -> None:
         """The replica mesh over the groupings the ops use, and the devices that run the replicas."""
@@ -190,7 +201,8 @@ class Program:
         self, state: State, host_inputs: dict[str, jax.Array], sites: CheckSites | None, host_effects: bool = True
     ) -> Any:
         nht = self.ir.num_host_transfers
-        values: dict[Resource, Any] = {b: state["buffers"][buffer_key(b)] for b in self.buffers}
+        values: dict[Resource, Any] = {b: state["buffers"][buffer_key(b)] for b in self.state.buffers}
+        values.update({b: jnp.int32(0) for b in (self.disk.buffers if self.disk is not None else [])})
         values.update({s: jnp.int32(0) for s in self.h2d})
         values.update({s: HostOutput(self._output_stack(s, nht), jnp.int32(0)) for s in self.d2h})
         values[CHECK_RESULT] = CheckState(jnp.int32(0), jnp.int32(0))
@@ -206,6 +218,7 @@ class Program:
             host_effects,
             self.host_outputs,
             copy_out_loads=self.device.platform == "cpu",
+            disk=self.disk,
         )
         bound: dict[Tensor, jax.Array] = {v: state["vars"][v.id] for v in self.state.carried}
         finals = execute(ctx, self.ir.main_graph, bound, self.state.written_variables)
@@ -246,6 +259,10 @@ class Program:
         allocations["device"] -= from_device
         allocations["host"] -= credit - from_device
         what = "Attaching the Session (its variables and remote buffers)"
+        if self.disk is not None:
+            self.disk.check_space()  # before anything is written, as the memory check
+            allocations = self._with_staging(allocations)
+            held.append(fit.Buffer(f"disk tier staging ({self.disk.folder})", self.disk.staging_bytes(), "host"))
         fit.require_fit(what, self.device, allocations, lambda: held, _STATE_ADVICE, devices)
         return self._translating_oom(
             what,
@@ -279,9 +296,11 @@ class Program:
         failure = self._failed_check(compiled, arguments)
         if failure is not None:
             return state, {}, failure
+        if self.disk is not None:
+            self.disk.begin_run()
         written, outputs = self._translating_oom(
             "Session.run",
-            compiled.footprint.allocations(),
+            self._with_staging(compiled.footprint.allocations()),
             lambda: self._largest(compiled, arguments),
             lambda: compiled.step(*arguments),
         )[:2]
@@ -290,6 +309,8 @@ class Program:
         jax.block_until_ready(written)
         if compiled.prints:
             jax.effects_barrier()
+        if self.disk is not None:
+            self.disk.end_run()
         return merged(written, arguments[1]), {k: self.placement.fetch_local(v) for k, v in outputs.items()}, None
 
     def _compile(self, arguments: tuple[Any, ...]) -> _Compiled:
@@ -353,15 +374,26 @@ class Program:
     def memory(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, int]:
         """Device and host bytes of the compiled step, and XLA's figures (see `memory_figures`)."""
         arguments = self._arguments(state, inputs)
-        return self._compile(arguments).footprint.figures()
+        figures = self._compile(arguments).footprint.figures()
+        staging = 0 if self.disk is None else self.disk.staging_bytes()
+        figures["host_bytes"] += staging
+        figures["disk_bytes"] = 0 if self.disk is None else self.disk.disk_bytes()
+        figures["disk_staging"] = staging
+        return figures
 
     def require_fit(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> None:
         """Raise `OutOfMemoryError` if a run with these inputs would allocate more than the machine has."""
         arguments = self._arguments(state, inputs)
         self._require_fit(self._compile(arguments), arguments)
 
+    def _with_staging(self, allocations: dict[str, int]) -> dict[str, int]:
+        """`allocations` with the disk tier's staging buffers in host memory (none without a disk tier)."""
+        if self.disk is None:
+            return allocations
+        return {**allocations, "host": allocations.get("host", 0) + self.disk.staging_bytes()}
+
     def _require_fit(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> None:
-        allocations = compiled.footprint.allocations()
+        allocations = self._with_staging(compiled.footprint.allocations())
         largest = lambda: self._largest(compiled, arguments)  # noqa: E731
         fit.require_fit("Session.run", self.device, allocations, largest, _ADVICE, self._devices)
 
@@ -428,7 +460,7 @@ def _taken(arguments: tuple[Any, ...], used: list[bool]) -> list[Any]:
 
 def _has_host_callbacks(jaxpr: Any) -> bool:
     """Whether `jaxpr` or any jaxpr inside it calls back to the host."""
-    if any(eqn.primitive.name == "debug_callback" for eqn in jaxpr.eqns):
+    if any(eqn.primitive.name in ("debug_callback", "io_callback") for eqn in jaxpr.eqns):
         return True
     return any(_has_host_callbacks(sub) for sub in jax.extend.core.subjaxprs(jaxpr))
 

@@ -10,6 +10,10 @@ Simulated replicas (`vmap`) would turn a dynamic slice of a replica-batched
 buffer into a gather and an update into a scatter. A custom batching rule
 keeps them dynamic slices and updates: it slices or updates the same entry
 of every replica at once, the replica axes riding along as leading axes.
+
+A buffer on local disk has no storage in the program at all: a load or store
+of it is a host callback to its `DiskTier`, and its value in the program is a
+token that orders them.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.custom_batching import custom_vmap
+from jax.experimental import io_callback
+
+from popxl.lowering.disk_tier import DiskTier
+from popxl.remote_buffer import RemoteBuffer
+
+_TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 
 
 class ReplicaDependentOffsetError(NotImplementedError):
@@ -123,6 +134,48 @@ def copied_out(entry: jax.Array, index: jax.Array, entries: int) -> jax.Array:
     are lowered with it, and only for loads in loops that store to the same buffer.
     """
     return jax.lax.cond(index < entries, lambda e: e, jnp.zeros_like, entry)
+
+
+def disk_load(
+    disk: DiskTier, buffer: RemoteBuffer, token: jax.Array, index: jax.Array, host_effects: bool = True
+) -> tuple[jax.Array, jax.Array]:
+    """Entry `index` of a buffer on disk from a host callback, and the buffer's next token.
+
+    Each access of a buffer on disk takes the token the one before it gave, so that XLA keeps them in
+    program order (JAX's ordered callbacks cannot return to host memory). Without `host_effects` (a program
+    traced for its checks alone, which must not move entries) the entry reads as zeros.
+    """
+    spec = jax.ShapeDtypeStruct(buffer.tensor_shape, buffer.tensor_dtype.as_numpy())
+    if not host_effects:
+        return jnp.zeros(spec.shape, spec.dtype), token
+    bid = buffer.remote_buffer_id
+
+    def load(t: Any, i: Any) -> tuple[Any, Any]:
+        return disk.load(bid, int(i)), np.int32(t + 1)
+
+    value, token = io_callback(load, (spec, _TOKEN), token, index)
+    return value, token
+
+
+def disk_store(
+    disk: DiskTier,
+    buffer: RemoteBuffer,
+    token: jax.Array,
+    index: jax.Array,
+    value: jax.Array,
+    host_effects: bool = True,
+) -> jax.Array:
+    """Replace entry `index` of a buffer on disk by `value` from a host callback; the buffer's next token."""
+    if not host_effects:
+        return token
+    bid = buffer.remote_buffer_id
+
+    def store(t: Any, i: Any, v: Any) -> Any:
+        disk.store(bid, int(i), v)
+        return np.int32(t + 1)
+
+    result: jax.Array = io_callback(store, _TOKEN, token, index, value.astype(buffer.tensor_dtype.as_numpy()))
+    return result
 
 
 def store_entry(storage: jax.Array, index: jax.Array, value: jax.Array, host: bool) -> jax.Array:

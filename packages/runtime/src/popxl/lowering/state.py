@@ -10,7 +10,12 @@ where it lives there and how its host value is read and written:
   domain when it is sharded); while a `LoadedVariable` of it exists, that one
   holds its current value, so it is read from there and written to both;
 - a `LoadedVariable` is carried in "vars" and has no host value of its own: it
-  starts from its whole variable's entry.
+  starts from its whole variable's entry;
+- a remote buffer on disk (`DiskTier`) is in neither map: the step reaches its
+  file through host callbacks, and a remote variable there lives in its file's
+  entry. Read back while detached, its host value is a read-only view of that
+  entry (file-backed memory), so that state larger than the machine's memory
+  is never read whole into it.
 
 The program and the Session ask the layer; nothing else tells variable kinds apart.
 """
@@ -25,6 +30,7 @@ import jax
 import numpy as np
 
 from popxl.lowering import host_rows
+from popxl.lowering.disk_tier import DiskTier
 from popxl.lowering.placement import ReplicaPlacement
 from popxl.remote_buffer import RemoteBuffer
 from popxl.tensor import LoadedVariable, RemoteVariable, Tensor, Variable
@@ -121,27 +127,72 @@ class _RemoteSlot(_Slot):
         return host_rows.entry_values(self.remote, entries)
 
 
+class _DiskSlot(_RemoteSlot):
+    """A remote variable whose buffer is on disk: its file's entry, and its loaded value while one exists."""
+
+    def __init__(self, var: RemoteVariable, replicas: int, loaded: LoadedVariable | None, disk: DiskTier) -> None:
+        super().__init__(var, replicas, loaded)
+        self.disk = disk
+
+    @property
+    def _bid(self) -> int:
+        return self.remote.buffer.remote_buffer_id
+
+    def initialise(self, host: Array, rows: dict[str, Array], buffers: dict[str, Array]) -> None:
+        stored = host_rows.stored_rows(self.remote, host, self.replicas)
+        if not self.disk.is_view(self._bid, self.remote.offset, host):
+            self.disk.write_entry(self._bid, self.remote.offset, stored[0], commit=False)
+        if self.loaded is not None:
+            rows[self.loaded.id] = stored
+
+    def write(self, state: State, host: Array, placement: ReplicaPlacement, memory_kind: MemoryKindOf) -> None:
+        stored = host_rows.stored_rows(self.remote, host, self.replicas)
+        self.disk.write_entry(self._bid, self.remote.offset, stored[0])
+        if self.loaded is not None:
+            state["vars"][self.loaded.id] = placement.put_all(stored)
+
+    def stored(self, state: State, placement: ReplicaPlacement) -> Array:
+        return host_rows.entry_values(self.remote, self.disk.entry_view(self._bid, self.remote.offset)[None])
+
+
 class StateLayout:
-    """The state of one program: a slot per variable with a host value, and the remote buffers."""
+    """The state of one program: a slot per variable with a host value, and the remote buffers.
+
+    With a `disk` tier, the remote buffers `on_disk` picks live in its files (`disk.buffers`), the rest in
+    `buffers`.
+    """
 
     def __init__(
-        self, variables: Sequence[Variable], buffers: Sequence[RemoteBuffer], replicas: int, written: Iterable[Any]
+        self,
+        variables: Sequence[Variable],
+        buffers: Sequence[RemoteBuffer],
+        replicas: int,
+        written: Iterable[Any],
+        disk: DiskTier | None = None,
+        on_disk: Callable[[RemoteBuffer], bool] = lambda b: False,
     ) -> None:
         self.replicas = replicas
+        every = list(buffers)
+        for v in variables:
+            if isinstance(v, RemoteVariable) and not any(v.buffer is b for b in every):
+                every.append(v.buffer)
+        self.disk = disk if disk is not None and any(on_disk(b) for b in every) else None
+        self.buffers = [b for b in every if self.disk is None or not on_disk(b)]
+        if self.disk is not None:
+            self.disk.buffers = [b for b in every if on_disk(b)]
         loaded = {v.whole: v for v in variables if isinstance(v, LoadedVariable)}
         self._slots: dict[Variable, _Slot] = {}
         for v in variables:
             if isinstance(v, RemoteVariable):
-                self._slots[v] = _RemoteSlot(v, replicas, loaded.get(v))
+                if self.disk is not None and not any(v.buffer is b for b in self.buffers):
+                    self._slots[v] = _DiskSlot(v, replicas, loaded.get(v), self.disk)
+                else:
+                    self._slots[v] = _RemoteSlot(v, replicas, loaded.get(v))
             elif not isinstance(v, LoadedVariable):
                 self._slots[v] = _Slot(v, replicas)
         self.variables: list[Variable] = list(self._slots)
         # Remote variables live in their buffer's entry; the rest are state the step carries.
         self.carried: list[Variable] = [v for v in variables if not isinstance(v, RemoteVariable)]
-        self.buffers = list(buffers)
-        for v in self.variables:
-            if isinstance(v, RemoteVariable) and not any(v.buffer is b for b in self.buffers):
-                self.buffers.append(v.buffer)
         written = set(written)
         self.written_variables = [v for v in self.carried if v in written]
         self.written_buffers = [b for b in self.buffers if b in written]
@@ -197,6 +248,8 @@ class StateLayout:
                     state["vars"][var_id] = placement.put_all(value)
                 del staging, rows
                 placed([slot.var for slot in slots])
+            if self.disk is not None:
+                self._place_on_disk(host, state, placement, placed)
             for v in self.carried:
                 if v.id not in state["vars"]:
                     rows = {}
@@ -209,6 +262,28 @@ class StateLayout:
                 handover.restore({v: host_rows.host_values(v, self._slots[v].stored(state, placement)) for v in told})
             raise
         return {"vars": {v.id: state["vars"][v.id] for v in self.carried}, "buffers": state["buffers"]}
+
+    def _place_on_disk(
+        self,
+        host: Mapping[Variable, Array],
+        state: State,
+        placement: ReplicaPlacement,
+        placed: Callable[[list[Variable]], None],
+    ) -> None:
+        """Make the disk tier's files, each entry zero but the remote variables' values, written one at a time."""
+        assert self.disk is not None
+        slots = [s for s in self._slots.values() if isinstance(s, _DiskSlot)]
+        keep: dict[int, set[int]] = {}
+        for slot in slots:
+            keep.setdefault(slot._bid, set()).add(slot.remote.offset)
+        self.disk.open(keep)
+        for slot in slots:
+            rows: dict[str, Array] = {}
+            slot.initialise(host[slot.var], rows, {})
+            for var_id, value in rows.items():
+                state["vars"][var_id] = placement.put_all(value)
+            placed([slot.var])
+        self.disk.commit()
 
     def sizes(self, memory_kind: MemoryKindOf, replicas: int) -> list[Entry]:
         """What `initial` allocates for `replicas` replicas, in the order it places them."""

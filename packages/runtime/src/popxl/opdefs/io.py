@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from popxl.lowering.remote_memory import load_entry, store_entry
+from popxl.lowering.remote_memory import disk_load, disk_store, load_entry, store_entry
 from popxl.lowering.world import HostOutput
 from popxl.op import CHECK_RESULT, Attrs, Op, OpDef, Resource, register
 from popxl.opdefs.common import like_input, modifies_first, vjp_grad
@@ -94,15 +94,12 @@ def _check_offset(s: TensorSpec) -> None:
         raise ValueError(f"A remote buffer offset must be a scalar integer tensor, got {s.dtype.name} {s.shape}")
 
 
-def _checked_offset(
-    ctx: LoweringContext, buffer: RemoteBuffer, offset: jax.Array, what: str
-) -> tuple[jax.Array, jax.Array]:
-    store = ctx.world.buffer(buffer)
-    entries = store.shape[0]
+def _checked_offset(ctx: LoweringContext, buffer: RemoteBuffer, offset: jax.Array, what: str) -> jax.Array:
+    entries = buffer.entries
     offset = offset.astype(jnp.int32)
     where = f"{what} remote buffer {buffer.remote_buffer_id}"
     ctx.check((offset >= 0) & (offset < entries), where, offset, entries, buffer.name_entry)
-    return store, jnp.clip(offset, 0, entries - 1)
+    return jnp.clip(offset, 0, entries - 1)
 
 
 def _static_offset_check(position: int, what: str) -> Callable[[Op], None]:
@@ -128,8 +125,13 @@ def _remote_load_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tensor
 
 def _lower_remote_load(ctx: LoweringContext, attrs: Attrs, offset: jax.Array) -> list[jax.Array]:
     buffer = attrs["buffer"]
-    store, index = _checked_offset(ctx, buffer, offset, "remote_load from")
-    return [load_entry(store, index, ctx.in_host(buffer), ctx.copies_out(buffer))]
+    index = _checked_offset(ctx, buffer, offset, "remote_load from")
+    disk = ctx.on_disk(buffer)
+    if disk is not None:
+        value, token = disk_load(disk, buffer, ctx.world.buffer(buffer), index, ctx.host_effects)
+        ctx.world.write_buffer(buffer, token)
+        return [value]
+    return [load_entry(ctx.world.buffer(buffer), index, ctx.in_host(buffer), ctx.copies_out(buffer))]
 
 
 REMOTE_LOAD = register(
@@ -176,8 +178,12 @@ def _remote_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[Tenso
 
 def _lower_remote_store(ctx: LoweringContext, attrs: Attrs, offset: jax.Array, t: jax.Array) -> list[jax.Array]:
     buffer = attrs["buffer"]
-    store, index = _checked_offset(ctx, buffer, offset, "remote_store to")
-    ctx.world.write_buffer(buffer, store_entry(store, index, t, ctx.in_host(buffer)))
+    index = _checked_offset(ctx, buffer, offset, "remote_store to")
+    disk = ctx.on_disk(buffer)
+    if disk is not None:
+        ctx.world.write_buffer(buffer, disk_store(disk, buffer, ctx.world.buffer(buffer), index, t, ctx.host_effects))
+        return []
+    ctx.world.write_buffer(buffer, store_entry(ctx.world.buffer(buffer), index, t, ctx.in_host(buffer)))
     return []
 
 

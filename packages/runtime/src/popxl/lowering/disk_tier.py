@@ -1,0 +1,425 @@
+"""Remote buffers on local disk, streamed behind the compute.
+
+A program whose remote buffers live on disk keeps each in a `RemoteFile` of
+one folder. Its remote loads and stores call back to the host (in program
+order) and meet a `DiskTier`, which moves entries between the files and
+a bounded set of staging buffers on a small thread pool:
+
+- a store copies the entry into a staging buffer and returns; the write
+  drains behind the compute, and a store waits only when the writes in
+  flight would exceed the write staging bound;
+- a load is served from a write still in flight (what was stored is what is
+  loaded), from a read started earlier, or read there and then;
+- reads start ahead of their loads: a run's loads are recorded, and the next
+  run, whose program is the same, reads ahead along that record, as far as
+  the read staging bound allows. A first run guesses each buffer's next entry
+  from its last step (phased programs walk layers in order, then back).
+
+Staging buffers are the process's only memory for disk-tier state: the files
+bypass the page cache. A run marks the files it writes "dirty" and commits
+them (checksums, "clean") when it ends, after every write has reached the
+disk.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from popxl.lowering.remote_file import RemoteFile, RemoteFileError, aligned_buffer, free_bytes
+from popxl.remote_buffer import RemoteBuffer
+
+Array = np.ndarray[Any, Any]
+Key = tuple[int, int]
+
+# Chooses the folder of the disk tier for every Session that is not given one, as POPXL_CACHE_DIR the cache's.
+REMOTE_DIR_VARIABLE = "POPXL_REMOTE_DIR"
+# Bytes of staging for reads ahead, and again for writes behind (each), unless a Session says.
+STAGING_VARIABLE = "POPXL_REMOTE_STAGING"
+DEFAULT_STAGING = 512 * 2**20
+THREADS = 4
+# How far along the recorded loads reads may start, in loads.
+LOOKAHEAD = 64
+
+
+class _Read:
+    """A read of one entry under way or done, into its staging buffer."""
+
+    def __init__(self, staging: Array, future: Future[None]) -> None:
+        self.staging = staging
+        self.future = future
+
+
+class _Pool:
+    """Reusable aligned staging buffers by size, keeping at most `keep` bytes of idle ones."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.idle: dict[int, list[Array]] = collections.defaultdict(list)
+        self.idle_bytes = 0
+        self.lock = threading.Lock()
+
+    def take(self, nbytes: int) -> Array:
+        with self.lock:
+            free = self.idle[nbytes]
+            if free:
+                self.idle_bytes -= nbytes
+                return free.pop()
+        return aligned_buffer(nbytes)
+
+    def give(self, staging: Array) -> None:
+        with self.lock:
+            if self.idle_bytes + staging.size <= self.keep:
+                self.idle[staging.size].append(staging)
+                self.idle_bytes += staging.size
+
+
+class DiskTier:
+    """The files of one program's disk-resident remote buffers in `folder`, and their staging.
+
+    `staging` bounds the bytes read ahead and, again, the bytes written behind.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], staging: int, buffers: Iterable[RemoteBuffer] = ()) -> None:
+        self.folder = Path(folder).resolve()
+        self.buffers = list(buffers)
+        self.staging = staging
+        self.files: dict[int, RemoteFile] = {}
+        self._pool = _Pool(2 * staging)
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._reads: collections.OrderedDict[Key, _Read] = collections.OrderedDict()
+        self._writes: dict[Key, tuple[Array, Future[None]]] = {}
+        self._write_order: collections.deque[Key] = collections.deque()
+        self._errors: list[BaseException] = []
+        self._dirty: set[int] = set()
+        self._schedule: list[Key] = []
+        self._position = 0
+        self._recorded: list[Key] = []
+        self._last: dict[int, int] = {}
+        self._step: dict[int, int] = {}
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.events: list[tuple[str, int, int, float, float]] | None = None
+
+    # -- files ------------------------------------------------------------------------------------------
+
+    def disk_bytes(self) -> int:
+        """The bytes the files take on disk."""
+        return sum(_probe(b).size for b in self.buffers)
+
+    def staging_bytes(self) -> int:
+        """The most memory the staging buffers take: reads ahead and writes behind, at least one entry each."""
+        largest = max((_probe(b).stride for b in self.buffers), default=0)
+        return 2 * max(self.staging, largest) + largest
+
+    def check_space(self) -> None:
+        """Raise `RemoteFileError` naming the folder, the bytes needed and free, where the files cannot fit."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        existing = sum(f.size for f in self.files.values())
+        needed = self.disk_bytes() - existing
+        available = free_bytes(self.folder)
+        if needed > available:
+            raise RemoteFileError(
+                f"{self.folder}: the remote buffers on disk need {needed} more bytes there, and {available} are "
+                "free: free space, or choose another folder (POPXL_REMOTE_DIR)"
+            )
+
+    def open(self, keep: dict[int, set[int]]) -> None:
+        """Make the files (once; they are reused later) and zero every entry but those in `keep` by buffer id."""
+        self.check_space()
+        for b in self.buffers:
+            file = self.files.get(b.remote_buffer_id)
+            if file is None:
+                name = f"remote_buffer_{b.remote_buffer_id}.bin"
+                path = self.folder / name
+                file = RemoteFile.create(path, b.tensor_dtype.as_numpy(), b.tensor_shape, b.entries)
+                self.files[b.remote_buffer_id] = file
+            file.reset(keep.get(b.remote_buffer_id, set()))
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="popxl-disk")
+
+    def close(self) -> None:
+        """Finish what is under way and stop the threads (the files stay)."""
+        self._drain()
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
+        self._reads.clear()
+
+    def remove(self) -> None:
+        """Close, and delete the files."""
+        self.close()
+        for file in self.files.values():
+            file.close()
+            file.path.unlink(missing_ok=True)
+        self.files.clear()
+
+    # -- runs -------------------------------------------------------------------------------------------
+
+    def begin_run(self) -> None:
+        """A run starts: its loads are recorded, reads ahead follow the last run's."""
+        self._recorded = []
+        self._position = 0
+        self._prefetch()
+
+    def end_run(self) -> None:
+        """A run ended: every write reaches the disk and the files it wrote are committed."""
+        self._drain()
+        self.commit()
+        if self._recorded:
+            self._schedule = self._recorded
+        self._raise_errors()
+
+    def _drain(self) -> None:
+        while self._write_order:
+            self._wait_write(self._write_order[0])
+        with self._lock:
+            reads = list(self._reads.values())
+            self._reads.clear()
+        for read in reads:
+            if read.future.exception() is None:
+                self._pool.give(read.staging)
+
+    def _raise_errors(self) -> None:
+        if self._errors:
+            error = self._errors[0]
+            self._errors.clear()
+            raise error
+
+    # -- entries, from the program (host callbacks) ---------------------------------------------------------
+
+    def load(self, bid: int, index: int) -> Array:
+        """Entry `index` of buffer `bid`, for the device: an array the caller may keep."""
+        self._raise_errors()
+        key = (bid, int(index))
+        file = self.files[bid]
+        self._record(key)
+        written = self._writes.get(key)
+        if written is not None:
+            value = file.entry(key[1], written[0]).copy()
+        else:
+            with self._lock:
+                read = self._reads.pop(key, None)
+            if read is None:
+                read = self._start_read(key)
+            self._wait_read(key, read)
+            self.bytes_read += file.stride
+            value = file.entry(key[1], read.staging)
+            # The staging buffer is used again once the caller lets the value go.
+            weakref.finalize(value, self._pool.give, read.staging)
+        self._prefetch()
+        return value
+
+    def store(self, bid: int, index: int, value: Array) -> None:
+        """Replace entry `index` of buffer `bid` by `value` (written behind; returns once it is staged)."""
+        self._raise_errors()
+        key = (bid, int(index))
+        file = self.files[bid]
+        with self._lock:
+            stale = self._reads.pop(key, None)
+        if stale is not None:  # read before this store: its data is given up once it has landed
+            staging = stale.staging
+            stale.future.add_done_callback(lambda _: self._pool.give(staging))
+        if key in self._writes:  # one write of an entry at a time, so that the last one lands last
+            self._wait_write(key)
+        while self._write_order and self._writing_bytes() + file.stride > max(self.staging, file.stride):
+            self._wait_write(self._write_order[0])
+        if bid not in self._dirty:
+            file.mark_dirty()
+            self._dirty.add(bid)
+        staging = self._pool.take(file.stride)
+        flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        staging[: flat.size] = flat
+        staging[flat.size :] = 0
+        assert self._executor is not None
+        future = self._executor.submit(self._timed, "store", key, file.write_from, key[1], staging)
+        self._writes[key] = (staging, future)
+        self._write_order.append(key)
+        self.bytes_written += file.stride
+
+    def _writing_bytes(self) -> int:
+        return sum(self.files[k[0]].stride for k in self._writes)
+
+    def _wait_write(self, key: Key) -> None:
+        staging, future = self._writes.pop(key)
+        self._write_order.remove(key)
+        error = future.exception()
+        if error is not None:
+            self._errors.append(error)
+        else:
+            self._pool.give(staging)
+
+    # -- reading ahead ------------------------------------------------------------------------------------
+
+    def _record(self, key: Key) -> None:
+        self._recorded.append(key)
+        bid, index = key
+        if bid in self._last and index != self._last[bid]:
+            self._step[bid] = index - self._last[bid]
+        self._last[bid] = index
+        schedule = self._schedule
+        if self._position < len(schedule) and schedule[self._position] == key:
+            self._position += 1
+            return
+        window = schedule[self._position : self._position + 4 * LOOKAHEAD]
+        if key in window:
+            self._position += window.index(key) + 1
+
+    def _upcoming(self) -> list[Key]:
+        if self._schedule:
+            return self._schedule[self._position : self._position + LOOKAHEAD]
+        if not self._recorded:
+            return []
+        bid, index = self._recorded[-1]
+        guess = index + self._step.get(bid, 1)
+        return [(bid, guess)] if 0 <= guess < self.files[bid].entries else []
+
+    def _prefetch(self) -> None:
+        if self._executor is None:
+            return
+        upcoming = self._upcoming()
+        wanted = set(upcoming)
+        need = self.files[upcoming[0][0]].stride if upcoming else 0
+        with self._lock:
+            ahead = sum(self.files[k[0]].stride for k in self._reads)
+            # Reads the run has gone past are given up for those it needs next.
+            for key in [k for k, r in self._reads.items() if k not in wanted and r.future.done()]:
+                if ahead + need <= self.staging:
+                    break
+                ahead -= self.files[key[0]].stride
+                self._pool.give(self._reads.pop(key).staging)
+        for key in upcoming:
+            if key in self._reads or key in self._writes:
+                continue
+            stride = self.files[key[0]].stride
+            if ahead + stride > self.staging:
+                break
+            read = self._start_read(key)
+            with self._lock:
+                self._reads[key] = read
+            ahead += stride
+
+    def _wait_read(self, key: Key, read: _Read) -> None:
+        if self.events is None or read.future.done():
+            read.future.result()
+            return
+        start = time.perf_counter()
+        read.future.result()
+        self.events.append(("wait", key[0], key[1], start, time.perf_counter()))
+
+    def _start_read(self, key: Key) -> _Read:
+        file = self.files[key[0]]
+        staging = self._pool.take(file.stride)
+        assert self._executor is not None
+        return _Read(staging, self._executor.submit(self._timed, "load", key, file.read_into, key[1], staging))
+
+    def _timed(self, kind: str, key: Key, action: Any, index: int, staging: Array) -> None:
+        if self.events is None:
+            action(index, staging)
+            return
+        start = time.perf_counter()
+        action(index, staging)
+        self.events.append((kind, key[0], key[1], start, time.perf_counter()))
+
+    # -- whole entries, for the Session (variables) ----------------------------------------------------------
+
+    def entry_view(self, bid: int, index: int) -> Array:
+        """Entry `index` of buffer `bid` as a read-only view of the file (memory the OS may drop and read again)."""
+        self._drain()
+        file = self.files[bid]
+        if not file.written[index]:
+            return np.zeros(file.shape, file.dtype)
+        offset = file.data_offset + index * file.stride
+        return np.memmap(file.path, file.dtype, "r", offset, file.shape)
+
+    def is_view(self, bid: int, index: int, value: Array) -> bool:
+        """Whether `value` is `entry_view(bid, index)` (or a whole view of it): its data is already there."""
+        file = self.files[bid]
+        base: Any = value
+        while base is not None and not isinstance(base, np.memmap):
+            base = getattr(base, "base", None)
+        if base is None or base.filename is None or Path(base.filename) != file.path.resolve():
+            return False
+        same = base.offset == file.data_offset + index * file.stride and value.nbytes == file.nbytes
+        return bool(same and value.ctypes.data == base.ctypes.data and bool(file.written[index]))
+
+    def commit(self) -> None:
+        """Commit the files written by `write_entry(..., commit=False)`."""
+        for bid in sorted(self._dirty):
+            self.files[bid].commit()
+        self._dirty.clear()
+
+    def read_entry(self, bid: int, index: int) -> Array:
+        """Entry `index` of buffer `bid` as a new array (what a store left in flight included)."""
+        self._drain()
+        file = self.files[bid]
+        staging = self._pool.take(file.stride)
+        file.read_into(index, staging)
+        value = file.entry(index, staging).copy()
+        self._pool.give(staging)
+        return value
+
+    def write_entry(self, bid: int, index: int, value: Array, commit: bool = True) -> None:
+        """Replace entry `index` of buffer `bid` by `value` now, and commit the file (or leave it to `commit`)."""
+        self._drain()
+        file = self.files[bid]
+        staging = self._pool.take(file.stride)
+        flat = np.ascontiguousarray(value, file.dtype).reshape(-1).view(np.uint8)
+        if flat.size != file.nbytes:
+            raise ValueError(f"{file.path}: an entry is {file.nbytes} bytes, the value given {flat.size}")
+        staging[: flat.size] = flat
+        staging[flat.size :] = 0
+        if bid not in self._dirty:
+            file.mark_dirty()
+            self._dirty.add(bid)
+        file.write_from(index, staging)
+        self._pool.give(staging)
+        if commit:
+            self.commit()
+
+
+def _probe(buffer: RemoteBuffer) -> RemoteFile:
+    """The layout a file of `buffer` has (nothing is opened)."""
+    return RemoteFile(Path(), np.dtype(buffer.tensor_dtype.as_numpy()), buffer.tensor_shape, buffer.entries, -1)
+
+
+def remote_dir(asked: str | os.PathLike[str] | None) -> Path | None:
+    """The disk tier's folder: as asked, else POPXL_REMOTE_DIR's, else None (no disk tier)."""
+    chosen = asked if asked is not None else os.environ.get(REMOTE_DIR_VARIABLE) or None
+    return None if chosen is None else Path(chosen)
+
+
+def staging_bytes(asked: int | None) -> int:
+    """The staging bound: as asked, else POPXL_REMOTE_STAGING's, else the default."""
+    if asked is not None:
+        if asked < 1:
+            raise ValueError(f"remote_staging must be a positive number of bytes, got {asked}")
+        return asked
+    value = os.environ.get(STAGING_VARIABLE)
+    if not value:
+        return DEFAULT_STAGING
+    try:
+        parsed = int(value)
+    except ValueError:
+        parsed = 0
+    if parsed < 1:
+        raise ValueError(f"{STAGING_VARIABLE} must be a positive number of bytes, got {value!r}")
+    return parsed
+
+
+def is_file_view(value: Array) -> bool:
+    """Whether `value` is a view of a file (an `np.memmap` or a view of one)."""
+    base: Any = value
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    return base is not None
