@@ -13,17 +13,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from popdist import _env, _hosts, launcher
+from popdist import _control, _env, _hosts, launcher
 
 POPRUN = [sys.executable, "-m", "popdist.launcher"]
 # Bounds for a loaded machine: nothing here may hang.
 RUN_TIMEOUT_S = 300
 QUICK_TIMEOUT_S = 60
-CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "JAX_COORDINATOR")
+CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "JAX_COORDINATOR", _control.SECRET_VARIABLE)
+# The secret every host of these launches shares.
+SECRET = "hosts-test-" + "5a" * 16
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _env.ALL and not k.startswith(CLUSTER_VARIABLES)}
+    env[_control.SECRET_VARIABLE] = SECRET
     env.update(extra)
     return env
 

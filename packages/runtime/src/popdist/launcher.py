@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Protocol
 
@@ -232,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
         "coordinator)",
     )
     hosts.add_argument(
+        "--new-secret",
+        action="store_true",
+        help=f"print a fresh secret for {_control.SECRET_VARIABLE} and exit: every host's poprun of a launch must be "
+        "given the same one, with which they prove to each other that they belong to the launch",
+    )
+    hosts.add_argument(
         "--cluster",
         choices=_hosts.CLUSTERS,
         default="auto",
@@ -293,6 +299,8 @@ class _Launch:
     num_replicas: int
     ipus_per_replica: int
     place: _hosts.HostPlace
+    # The secret the hosts' poprun prove to each other (None on one host); never shown.
+    secret: bytes | None = field(default=None, repr=False)
 
     @property
     def local(self) -> int:
@@ -322,7 +330,8 @@ class _Launch:
 def _instance_env(
     args: argparse.Namespace, launch: _Launch, index: int, devices: str, gpus: list[str], address: str
 ) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _env.ALL}
+    # The launch's secret is poprun's alone: the program has no use for it, and might log its environment.
+    env = {k: v for k, v in os.environ.items() if k not in _env.ALL and k != _control.SECRET_VARIABLE}
     local, here = launch.local, index - launch.first
     env.update(
         {
@@ -583,20 +592,23 @@ class _Supervisor:
                 self.link.send(0, {"failed": report})
         return ending
 
-    def _remote(self, host: int, message: _control.Message | None) -> _Ending | None:
-        """What a message from `host`'s poprun (None: its connection closed) ends, if anything."""
+    def _remote(self, host: int, message: _control.Message | _control.Lost) -> _Ending | None:
+        """What a message from `host`'s poprun (checked by `_control`), or its loss, ends, if anything."""
         assert self.link is not None
-        if message is not None and "done" in message:
+        report: _control.Message
+        if isinstance(message, _control.Lost):
+            after = f" after {message.silent_s:g} s of silence" if message.silent_s is not None else ""
+            report = {"what": f"lost contact with host {host}'s poprun{after}", "code": LAUNCH_FAILED}
+        elif "done" in message:
             self.done_hosts.add(host)
             return None
-        if message is not None and "finish" in message:
+        elif "finish" in message:
             return _Ending(0)
-        report = message.get("stop") or message.get("failed") if message is not None else None
-        if not isinstance(report, dict):  # closed, or nothing a poprun sends
-            report = {"what": f"lost contact with host {host}'s poprun", "code": LAUNCH_FAILED}
+        else:
+            report = message.get("stop") or message["failed"]
         if self.host == 0:
             self.link.broadcast({"stop": report}, but=host)
-        return self._stopped(str(report.get("what")), int(report.get("code", LAUNCH_FAILED)))
+        return self._stopped(str(report["what"]), int(report["code"]))
 
     def run(self) -> _Ending:
         """Poll until every instance of the launch has succeeded or something failed."""
@@ -643,15 +655,26 @@ def _connect(launch: _Launch, timeout: float, output: _Output) -> tuple[_control
     if place.num_hosts == 1:
         return None, f"127.0.0.1:{_free_port()}"
     assert place.address is not None
+    assert launch.secret is not None
     if place.host_index == 0:
         jax_address = _hosts.join_address(place.coordinator_host, _free_port())
-        _, port = _hosts.split_address(place.address)
-        output.say(f"host 0 of {place.num_hosts}: waiting for the other hosts' poprun at port {port}", verbose=True)
-        return _control.gather(port, place.num_hosts, launch.agreement(), jax_address, timeout), jax_address
+        host, port = _hosts.split_address(place.address)
+        output.say(f"host 0 of {place.num_hosts}: waiting for the other hosts' poprun at {place.address}", verbose=True)
+        link = _control.gather(
+            host,
+            port,
+            place.num_hosts,
+            launch.agreement(),
+            jax_address,
+            timeout,
+            launch.secret,
+            lambda note: output.say(note, verbose=True),
+        )
+        return link, jax_address
     output.say(
         f"host {place.host_index} of {place.num_hosts}: joining host 0's poprun at {place.address}", verbose=True
     )
-    return _control.join(place.address, place.host_index, launch.agreement(), timeout)
+    return _control.join(place.address, place.host_index, launch.agreement(), timeout, launch.secret)
 
 
 @dataclass(frozen=True)
@@ -683,6 +706,9 @@ def _parse(
     """The options, the program, the launch and whether it uses MPI; exits with a usage error for a bad command
     line."""
     args = parser.parse_args(argv)
+    if args.new_secret:
+        print(_control.new_secret())
+        raise SystemExit(0)
     program: list[str] = list(args.program)
     if program and program[0] == "--":
         program = program[1:]
@@ -695,6 +721,7 @@ def _parse(
         place = _hosts.resolve(listed, args.num_hosts, args.host_index, args.coordinator_address, args.cluster)
         if args.init_timeout is None:
             _env.read_timeout()  # a bad POPDIST_INIT_TIMEOUT is a usage error here, not in every instance
+        secret = _control.read_secret() if place.num_hosts > 1 else None
     except ValueError as e:
         parser.error(str(e))
     if args.num_instances is None:
@@ -711,7 +738,14 @@ def _parse(
             f"(from {place.source})"
         )
     mpi = _choose_mpi(parser, args.mpi, place.num_hosts)
-    return args, program, _Launch(args.num_instances, args.num_replicas, args.ipus_per_replica, place), mpi
+    if place.num_hosts > 1 and secret is None:
+        parser.error(
+            f"a launch over {place.num_hosts} hosts needs a secret that its hosts share: set "
+            f"{_control.SECRET_VARIABLE} to the same value for every host's poprun (`export "
+            f"{_control.SECRET_VARIABLE}=$(poprun --new-secret)` where they are started from)"
+        )
+    launch = _Launch(args.num_instances, args.num_replicas, args.ipus_per_replica, place, secret)
+    return args, program, launch, mpi
 
 
 def _start_directly(
