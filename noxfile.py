@@ -154,7 +154,9 @@ def _build(session: nox.Session) -> None:
     shutil.rmtree(DIST, ignore_errors=True)
     for package in PACKAGES:
         # uv is beside nox (CI and the README install them together); `python -m uv` finds it from nox's interpreter.
-        session.run(sys.executable, "-m", "uv", "build", "--quiet", "--out-dir", str(DIST), f"packages/{package}")
+        session.run(
+            sys.executable, "-m", "uv", "build", "--quiet", "--out-dir", str(DIST), f"packages/{package}", external=True
+        )
 
 
 @nox.session(venv_backend="none")
@@ -171,3 +173,26 @@ def install_alone(session: nox.Session) -> None:
     session.install("pytest>=8", "pytest-xdist>=3", "uv")
     env = {"POPXL_DIST_DIR": str(DIST.resolve())}
     session.run("pytest", "tests_dist/test_install_alone.py", "-q", "-n", "2", *session.posargs, env=env)
+
+
+DOCS_DEPS = [
+    "mkdocs>=1.6,<2",
+    "mkdocstrings[python]>=0.26",
+    "mkdocs-material>=9.5",
+    "mkdocs-jupyter>=0.25",
+    "ruff>=0.5",  # formats the signatures
+]
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The guides' code blocks run as tests, then the docs site into site/ (mkdocs --strict: a broken link fails).
+
+    The API pages are read from the installed wheels of dist/, where `popxl_addons` holds every sub-package.
+    """
+    _build(session)
+    session.install("--find-links", str(DIST), "popxl-addons-harness", "pytest>=8", *DOCS_DEPS)
+    # This build's wheels even where a reused environment holds an earlier build of the same version.
+    session.install("--no-deps", "--force-reinstall", *[str(w) for w in sorted(DIST.glob("*.whl"))])
+    session.run("pytest", "tests_dist/test_guides.py", "-q", "-rs", *session.posargs)
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
