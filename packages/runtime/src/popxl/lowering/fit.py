@@ -12,10 +12,14 @@ available:
 - attaching allocates the state (variables, remote buffers) where it lives.
 
 What is available: on a GPU, the device's free bytes as XLA reports them; for
-host memory (and a CPU device, whose memory is host memory), what the OS makes
-available (`MemAvailable`), within the process's cgroup limit. Where neither
-can be read, nothing is checked. `POPXL_MEMORY_CHECK=0` turns the check off
-(for machines that swap, say).
+host memory (and a CPU device, whose memory is host memory), the tightest of
+what the OS makes available (`MemAvailable`), what the process's memory cgroups
+still allow (v2's `memory.max`, else v1's `memory.limit_in_bytes`, less usage),
+both shared between the instances a launch runs on this host, and what the
+process's own limits leave (`RLIMIT_AS`, `ulimit -v`, less its address space;
+`RLIMIT_DATA`, `ulimit -d`, less its data). Where none can be read, nothing is
+checked. `POPXL_MEMORY_CHECK=0` turns every check off (for machines that swap,
+say), the planner's included.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import ctypes
 import math
 import os
 import re
+import resource
 import textwrap
 import time
 from collections.abc import Callable, Iterable
@@ -34,7 +39,7 @@ from typing import Any
 import jax
 
 from popxl.errors import OutOfMemoryError
-from popxl.lowering.memory import memory_of, per_device_bytes
+from popxl.lowering.memory import LibraryPeak, library_peak, memory_of, per_device_bytes
 from popxl.units import format_bytes
 
 CHECK_VARIABLE = "POPXL_MEMORY_CHECK"
@@ -67,22 +72,29 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+# Where the OS's figures are read (tests point them at stand-ins).
+PROC = Path("/proc")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
 def _cgroup_available() -> int | None:
-    """Bytes the process's memory cgroups still allow (v2 or v1, the tightest level), or None where none limits."""
+    """Bytes the process's memory cgroups still allow (v2, else v1; the tightest level), or None where none
+    limits."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = (PROC / "self" / "cgroup").read_text().splitlines()
     except OSError:
         return None
-    root = Path("/sys/fs/cgroup")
+    root = CGROUP_ROOT
     found: list[int] = []
+    versions: dict[str, list[tuple[tuple[str, str], Path, str]]] = {"v2": [], "v1": []}
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if controllers == "":  # v2: the unified hierarchy
-            names, base = ("memory.max", "memory.current"), root
+        if controllers == "":  # v2: the unified hierarchy (in a hybrid layout, mounted at unified/)
+            base = root / "unified" if (root / "unified" / "cgroup.controllers").exists() else root
+            versions["v2"].append((("memory.max", "memory.current"), base, path))
         elif "memory" in controllers.split(","):
-            names, base = ("memory.limit_in_bytes", "memory.usage_in_bytes"), root / "memory"
-        else:
-            continue
+            versions["v1"].append((("memory.limit_in_bytes", "memory.usage_in_bytes"), root / "memory", path))
+    for names, base, path in versions["v2"] + versions["v1"]:
         for folder in _levels(base, Path(path.lstrip("/"))):
             limit, usage = _read_int(folder / names[0]), _read_int(folder / names[1])
             if limit is not None and usage is not None and limit < 1 << 60:
@@ -114,18 +126,92 @@ def _reclaimable(folder: Path) -> int:
     return 0
 
 
-def host_available() -> int | None:
-    """Bytes of host memory this process can still allocate without the OS killing it, or None if unknown."""
+def _status_bytes(field: str) -> int | None:
+    """A `kB` field of /proc/self/status (VmSize, VmData), in bytes."""
     try:
-        meminfo = Path("/proc/meminfo").read_text()
+        status = (PROC / "self" / "status").read_text()
+    except OSError:
+        return None
+    found = re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found.group(1)) * 1024 if found else None
+
+
+def _rlimit_available(limit: int, field: str) -> int | None:
+    """What a process limit (its soft limit) leaves beyond the process's use as /proc counts it against it."""
+    soft, _ = resource.getrlimit(limit)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    used = _status_bytes(field)
+    return None if used is None else max(0, soft - used)
+
+
+def local_instances() -> int:
+    """How many instances of a `poprun` launch share this host (1 outside a launch), from popdist's variables.
+
+    POPDIST_NUM_LOCAL_INSTANCES where the launcher sets it. Else the most instances per host that
+    POPDIST_NUM_INSTANCES, POPDIST_INSTANCE_INDEX and POPDIST_LOCAL_INSTANCE_INDEX allow: a host runs
+    instances `first`..`first + n - 1` with `first` = index - local index a multiple of n, and n divides the
+    instance count. One host takes them all; a later host's count is found exactly; the first host of several
+    may be taken to hold more than it does (sharing less memory with each: never too much).
+    """
+
+    def read(name: str, default: int) -> int:
+        text = os.environ.get(name, "").strip()
+        return int(text) if text.isdigit() else default
+
+    explicit = read("POPDIST_NUM_LOCAL_INSTANCES", 0)
+    if explicit > 0:
+        return explicit
+    count = read("POPDIST_NUM_INSTANCES", 1)
+    index, local = read("POPDIST_INSTANCE_INDEX", 0), read("POPDIST_LOCAL_INSTANCE_INDEX", 0)
+    first = index - local
+    if count <= 1 or first < 0:
+        return max(count, 1)
+    fitting = [n for n in range(local + 1, count + 1) if count % n == 0 and first % n == 0]
+    return max(fitting, default=count)
+
+
+def host_limits() -> dict[str, int]:
+    """Each limit on the host memory this process can still allocate, by what sets it, in bytes: the OS's
+    `MemAvailable` and the cgroups' room (this host's share: divided between a launch's instances on it), and
+    the room `RLIMIT_AS` and `RLIMIT_DATA` leave. Limits that are unset or unreadable are left out."""
+    limits: dict[str, int] = {}
+    try:
+        meminfo = (PROC / "meminfo").read_text()
     except OSError:
         meminfo = ""
     found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
-    figures = [int(found.group(1)) * 1024] if found else []
+    shared = local_instances()
+    share = f" (its share: 1/{shared} for each of this host's {shared} instances)" if shared > 1 else ""
+    if found:
+        limits[f"MemAvailable{share}"] = int(found.group(1)) * 1024 // shared
     cgroup = _cgroup_available()
     if cgroup is not None:
-        figures.append(cgroup)
-    return min(figures) if figures else None
+        limits[f"the cgroup's memory limit{share}"] = cgroup // shared
+    for limit, field, name in (
+        (resource.RLIMIT_AS, "VmSize", "RLIMIT_AS (ulimit -v) less the address space in use"),
+        (resource.RLIMIT_DATA, "VmData", "RLIMIT_DATA (ulimit -d) less the data in use"),
+    ):
+        room = _rlimit_available(limit, field)
+        if room is not None:
+            limits[name] = room
+    return limits
+
+
+# The limit that set the last figure `host_available` gave: (bytes, what sets it), for the error to name.
+_binding: tuple[int, str] = (-1, "")
+
+
+def host_available() -> int | None:
+    """Bytes of host memory this process can still allocate without the OS killing it or an allocation failing
+    (the tightest of `host_limits()`), or None if unknown."""
+    global _binding
+    limits = host_limits()
+    if not limits:
+        return None
+    name = min(limits, key=lambda k: limits[k])
+    _binding = (limits[name], name)
+    return limits[name]
 
 
 # Reading the OS's figures takes about 0.1 ms, a large share of a small program's run: a reading under a second
@@ -243,7 +329,8 @@ def out_of_memory_message(
         parts = f"{parts or '0 B'} on each of its {devices} devices"
     where = "this machine" if device.platform == "cpu" else f"{device}"
     have = "an unknown amount" if available is None else format_bytes(available)
-    lines = textwrap.wrap(f"{what} would allocate {parts or '0 B'}, but {where} has {have} available. {outcome}")
+    why = f" ({_binding[1]})" if available is not None and available == _binding[0] else ""
+    lines = textwrap.wrap(f"{what} would allocate {parts or '0 B'}, but {where} has {have} available{why}. {outcome}")
     largest = sorted(held(), key=lambda b: b.nbytes, reverse=True)[:_NAMED]
     if largest:
         lines.append("Largest buffers:")
@@ -288,7 +375,17 @@ def largest_temporaries(hlo: str, count: int = _NAMED) -> list[Buffer]:
         key = name or f"{dtype}[{dims}]"
         if key not in found or found[key].nbytes < nbytes:
             found[key] = Buffer(f"{key} {dtype}[{dims}] (computed)", nbytes, "device")
+    library = library_peak(hlo)
+    if library.nbytes:
+        found[library.fusion] = _library_buffer(library)
     return sorted(found.values(), key=lambda b: b.nbytes, reverse=True)[:count]
+
+
+def _library_buffer(library: LibraryPeak) -> Buffer:
+    """What a library fusion holds at its peak (allocated by the library, outside XLA's buffers), as one buffer
+    named by its largest value."""
+    name = _scope(library.op_name) or library.largest
+    return Buffer(f"{name} and more, in library fusion {library.fusion}", library.nbytes, "device")
 
 
 _HLO_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "pred": "bool"}
