@@ -24,7 +24,12 @@ from popxl_addons.core import (
     VariableFactory,
     initialise_memmap_dir_from_checkpoint,
 )
-from popxl_addons.core.session.task_session import IncompleteCheckpointError, mark_checkpoint_complete
+from popxl_addons.core.session import task_session
+from popxl_addons.core.session.task_session import (
+    CheckpointError,
+    IncompleteCheckpointError,
+    mark_checkpoint_complete,
+)
 
 W = np.arange(4, dtype=np.float32)
 
@@ -254,3 +259,122 @@ def test_a_folder_without_the_completion_mark_is_refused(tmp_path: pathlib.Path)
         with pytest.raises(FileExistsError, match="not a checkpoint folder"):
             s.save_checkpoint(str(tmp_path / "notes"))
     assert (tmp_path / "notes" / "todo.txt").read_text() == "keep"
+
+
+def _saved_then_changed(tmp_path: pathlib.Path, memmap_dir: pathlib.Path | None = None) -> TaskSession:
+    """A session that saved `ckpt` after one step (w = W + 1, step 1, dataloader at 1, steps 1), then moved on."""
+    s = _session(memmap_dir=memmap_dir)
+    s.dataloader = Loader()
+    with s:
+        _run_and_save(s, tmp_path / "ckpt")
+        s.run({s.inputs.x: np.full(4, 10.0, np.float32)})
+    s.dataloader.position = 5
+    return s
+
+
+def _assert_unchanged(s: TaskSession) -> None:
+    """The state `_saved_then_changed` left: w = W + 11, step 2, dataloader at 5, steps 2."""
+    np.testing.assert_array_equal(s.get_named_tensors_data().w, W + 11)
+    assert s.get_named_tensors_data().step == 2
+    assert s.session_state == {"steps": 2} and s.dataloader.position == 5
+
+
+@pytest.mark.parametrize("content", ["[]", "{not json", '{"lr": 1}', '{"steps": "2"}'])
+def test_a_corrupt_session_state_changes_nothing(tmp_path: pathlib.Path, content: str) -> None:
+    s = _saved_then_changed(tmp_path)
+    info = tmp_path / "ckpt" / "session_info.json"
+    info.write_text(content)
+    with s:
+        with pytest.raises(CheckpointError, match=re.escape(repr(str(info)))):
+            s.load_checkpoint(str(tmp_path / "ckpt"))
+        _assert_unchanged(s)
+    assert s.dataloader.resumed == []
+
+
+def test_a_truncated_npz_names_its_file_and_changes_nothing(tmp_path: pathlib.Path) -> None:
+    s = _saved_then_changed(tmp_path)
+    path = tmp_path / "ckpt" / "model" / "w.npz"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with s:
+        with pytest.raises(CheckpointError, match=re.escape(repr(str(path))) + " is not a readable .npz"):
+            s.load_checkpoint(str(tmp_path / "ckpt"))
+        _assert_unchanged(s)
+
+
+def test_array_headers_are_checked_before_any_data_is_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = _saved_then_changed(tmp_path)
+    path = tmp_path / "ckpt" / "model" / "step.npz"
+    # A large compressed member of the wrong shape: refused from its header, never inflated or loaded.
+    np.savez_compressed(path, step=np.zeros((4096, 4096), np.float32))
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("data read before every header was checked")
+
+    monkeypatch.setattr(np, "load", no_load)
+    with s:
+        message = (
+            re.escape(repr(str(path))) + r" holds float32 \(4096, 4096\) for variable 'step', which is float32 \(\)"
+        )
+        with pytest.raises(CheckpointError, match=message):
+            s.load_checkpoint(str(tmp_path / "ckpt"))
+        np.savez(path, step=np.float64(1))
+        with pytest.raises(CheckpointError, match=r"holds float64 \(\) for variable 'step'"):
+            s.load_checkpoint(str(tmp_path / "ckpt"))
+        _assert_unchanged(s)
+
+
+def test_a_missing_dataloader_file_or_a_failed_resume_changes_nothing(tmp_path: pathlib.Path) -> None:
+    s = _saved_then_changed(tmp_path)
+    path = tmp_path / "ckpt" / "dataloader.bin"
+    path.write_text("not a position")
+    with s:
+        with pytest.raises(CheckpointError, match=re.escape(repr(str(path))) + ": the dataloader cannot resume"):
+            s.load_checkpoint(str(tmp_path / "ckpt"))
+        s.dataloader.position = 5
+        _assert_unchanged(s)
+        path.unlink()
+        with pytest.raises(CheckpointError, match=re.escape(repr(str(path))) + " is missing"):
+            s.load_checkpoint(str(tmp_path / "ckpt"))
+        _assert_unchanged(s)
+
+
+def test_memory_mapped_variables_are_loaded(tmp_path: pathlib.Path) -> None:
+    s = _saved_then_changed(tmp_path, memmap_dir=tmp_path / "maps")
+    assert json.loads((tmp_path / "ckpt" / "memmap.json").read_text()) == {"w": "model.w.npy", "step": "model.step.npy"}
+    with s:
+        s.load_checkpoint(str(tmp_path / "ckpt"), report_missing="error")
+        np.testing.assert_array_equal(s.get_named_tensors_data().w, W + 1)
+    assert s.get_named_tensors_data().step == 1 and s.session_state["steps"] == 1
+    np.testing.assert_array_equal(np.memmap(str(tmp_path / "maps" / "model.w.npy"), np.float32, "r", shape=(4,)), W + 1)
+    # Into a session without maps, and back into maps from a checkpoint of one without.
+    plain = _session()
+    plain.dataloader = Loader()
+    with plain:
+        plain.load_checkpoint(str(tmp_path / "ckpt"), report_missing="error")
+        np.testing.assert_array_equal(plain.get_named_tensors_data().w, W + 1)
+        plain.run({plain.inputs.x: np.ones(4, np.float32)})
+        plain.save_checkpoint(str(tmp_path / "plain"))
+    with s:
+        s.load_checkpoint(str(tmp_path / "plain"), report_missing="error")
+        np.testing.assert_array_equal(s.get_named_tensors_data().w, W + 2)
+
+
+def test_skip_memmap_leaves_memory_mapped_variables_and_read_only_maps_need_it(tmp_path: pathlib.Path) -> None:
+    s = _saved_then_changed(tmp_path, memmap_dir=tmp_path / "maps")
+    with s:
+        s.load_checkpoint(str(tmp_path / "ckpt"), skip_memmap=True)
+        np.testing.assert_array_equal(s.get_named_tensors_data().w, W + 11)
+    assert s.session_state["steps"] == 1
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(np.memmap(str(tmp_path / "maps" / "model.w.npy"), np.float32, "r", shape=(4,)), name="w")
+    ro = TaskSession([], [], NamedTensors(w=w), 1, ir, "cpu", weights_to_host_on_exit=False)
+    with ro:
+        with pytest.raises(CheckpointError, match=r"'w' is a read-only memory map.*skip_memmap=True"):
+            ro.load_checkpoint(str(tmp_path / "ckpt"))
+        ro.load_checkpoint(str(tmp_path / "ckpt"), skip_memmap=True)
+        np.testing.assert_array_equal(ro.get_tensor_data(w), W + 11)
+    assert task_session.CheckpointError is CheckpointError

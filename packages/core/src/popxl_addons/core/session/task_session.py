@@ -1,11 +1,20 @@
 """popxl-addons' `TaskSession`: a Session with named inputs, outputs and state, and checkpoints of that state.
 
 A checkpoint folder holds `model/<name>.npz` per state variable (a
-memory-mapped variable's file is copied instead, as `model/<file>.npy`), the
+memory-mapped variable's file is copied instead, as `model/<file>.npy`, and
+`memmap.json` maps the state names of such variables to their files), the
 dataloader's state if one is set (`dataloader.bin`), the session state
 (`session_info.json`, always with the number of steps run) and, written last,
 the completion mark `checkpoint_complete.json` (`{"format_version": 1}`).
 Weights & Biases checkpoints (`wandb://...`) are not supported.
+
+Loads are all or nothing. A load first reads and checks every file: each
+`.npz`'s array header against its variable's shape and dtype (before any of
+its data is read or inflated), each memory-mapped variable's file size, the
+session state (a JSON object with the number of steps) and the dataloader's
+file where a dataloader is set. Only then does it read the values, resume the
+dataloader and write the variables and the session state; anything wrong
+raises `CheckpointError` naming the file and leaves the session as it was.
 
 Checkpoints survive a crash or a full disk. A save writes the whole checkpoint
 into a hidden folder beside the destination (`.<name>.partial-<host>-<pid>-<id>`,
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import logging
 import os
@@ -37,6 +47,7 @@ import re
 import secrets
 import shutil
 import socket
+import zipfile
 from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -53,6 +64,7 @@ ReportMissing = Literal["none", "warn", "error"]
 _SESSION_FILE = "session_info.json"
 _DATALOADER_FILE = "dataloader.bin"
 _MARK_FILE = "checkpoint_complete.json"
+_MEMMAP_FILE = "memmap.json"
 _FORMAT_VERSION = 1
 # Leftovers of saves: `.<name>.<kind>-<host>-<pid>-<id>` beside the checkpoint `<name>`.
 _LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>partial|old|trash)-(?P<host>[\w.-]+)-(?P<pid>\d+)-[0-9a-f]{8}")
@@ -63,6 +75,11 @@ logger = logging.getLogger(__name__)
 
 class IncompleteCheckpointError(ValueError):
     """A checkpoint folder without the completion mark: its save was interrupted, or it predates the mark."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded (a file missing, unreadable or not matching the state); the load
+    changed nothing."""
 
 
 class NamedTensorData(DotTree[np.ndarray]):
@@ -142,17 +159,23 @@ class TaskSession(popxl.Session):
             _check_replaceable(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         _clean_leftovers(folder.parent)
+        maps = _memmap_names(self.state.to_dict())
+        clashes = sorted(f for f in set(maps.values()) if list(maps.values()).count(f) > 1)
+        if clashes:
+            raise ValueError(f"Cannot save a checkpoint: memory-mapped variables share the file names {clashes}")
         partial = _leftover_path(folder, "partial")
         partial.mkdir()
         try:
             (partial / "model").mkdir()
             for name, value in state.items():
-                if isinstance(value, np.memmap) and value.filename is not None:
-                    value.flush()
-                    shutil.copyfile(value.filename, partial / "model" / Path(value.filename).name)
+                if name in maps:
+                    # The map's bytes, as the Session reads the value (the map itself, or a copy of it).
+                    np.ascontiguousarray(value).tofile(partial / "model" / maps[name])
                 else:
                     arrays: dict[str, Any] = {name: np.asarray(value)}
                     np.savez(partial / "model" / f"{name}.npz", **arrays)
+            if maps:
+                (partial / _MEMMAP_FILE).write_text(json.dumps(maps))
             if self._dataloader is not None:
                 self._dataloader.save(str(partial / _DATALOADER_FILE))
             (partial / _SESSION_FILE).write_text(json.dumps(self.session_state))
@@ -174,23 +197,48 @@ class TaskSession(popxl.Session):
         self, checkpoint_dir: str, report_missing: ReportMissing = "warn", skip_memmap: bool = False
     ) -> None:
         """Write the values saved in `checkpoint_dir` into the state variables of the same names, and restore
-        the dataloader's position and the session state (`skip_memmap` is accepted for popxl-addons' API)."""
+        the dataloader's position and the session state, all or nothing (`CheckpointError` naming the file).
+
+        Memory-mapped variables are loaded into their maps; `skip_memmap` leaves them as they are (for maps
+        initialised with `initialise_memmap_dir_from_checkpoint`), and a read-only map is refused without it."""
         folder = _complete_checkpoint(_local_dir(checkpoint_dir))
-        variables = self.state.to_dict()
+        names = self.state.to_dict()
+        variables = {n: t for n, t in names.items() if isinstance(t, popxl.Variable)}
         saved = {p.stem: p for p in (folder / "model").glob("*.npz")}
-        _report_missing(saved.keys(), variables.keys(), report_missing)
-        data: dict[popxl.Variable, Any] = {}
-        for name, path in saved.items():
-            var = variables.get(name)
-            if isinstance(var, popxl.Variable):
-                with np.load(path) as archive:
-                    data[var] = archive[name]
-        self.write_variables_data(data)
-        if self._dataloader is not None:
-            self._dataloader.resume(filename=str(folder / _DATALOADER_FILE))
-        info = folder / _SESSION_FILE
-        loaded = json.loads(info.read_text()) if info.exists() else {"steps": 0}
+        maps = _memmap_files(folder, variables)
+        _report_missing({*saved, *maps}, names.keys(), report_missing)
+        # Check every file before anything is read whole or written.
+        sources: dict[popxl.Variable, tuple[Path, str | None]] = {}
+        for name, var in variables.items():
+            if var.is_memmap and (skip_memmap or (name not in saved and name not in maps)):
+                continue
+            if var.is_memmap and not var.host_data.flags.writeable:
+                raise CheckpointError(
+                    f"Checkpoint {str(folder)!r}: variable {name!r} is a read-only memory map, which a load cannot "
+                    "write; pass skip_memmap=True (initialising its folder with "
+                    "initialise_memmap_dir_from_checkpoint), or map it writable"
+                )
+            if name in saved:
+                _check_npz(saved[name], name, var)
+                sources[var] = (saved[name], name)
+            elif name in maps:
+                _check_raw(maps[name], var)
+                sources[var] = (maps[name], None)
+        loaded = _session_info(folder / _SESSION_FILE)
         _report_missing(loaded.keys(), self.session_state.keys(), report_missing)
+        dataloader = folder / _DATALOADER_FILE
+        if self._dataloader is not None and not dataloader.is_file():
+            raise CheckpointError(
+                f"Checkpoint file {str(dataloader)!r} is missing: it holds the position of the dataloader set on "
+                "this session"
+            )
+        data = {var: _read_values(path, name, var) for var, (path, name) in sources.items()}
+        if self._dataloader is not None:
+            try:
+                self._dataloader.resume(filename=str(dataloader))
+            except Exception as e:
+                raise CheckpointError(f"Checkpoint file {str(dataloader)!r}: the dataloader cannot resume: {e}") from e
+        self.write_variables_data(data)
         self.session_state = loaded
 
     def run(
@@ -199,6 +247,107 @@ class TaskSession(popxl.Session):
         """`Session.run`, counting the steps run in the session state."""
         self.session_state["steps"] += 1
         return super().run(inputs, downcast_inputs)
+
+
+def _memmap_names(tensors: Mapping[str, popxl.Tensor]) -> dict[str, str]:
+    """The file names of the memory-mapped variables among `tensors`, by state name."""
+    names = {}
+    for name, t in tensors.items():
+        filename = getattr(t.host_data, "filename", None) if isinstance(t, popxl.Variable) and t.is_memmap else None
+        if filename is not None:
+            names[name] = Path(filename).name
+    return names
+
+
+def _memmap_files(folder: Path, variables: Mapping[str, popxl.Variable]) -> dict[str, Path]:
+    """The files of a checkpoint's memory-mapped variables, by state name: as `memmap.json` lists them, or for
+    checkpoints without it, this state's memory-mapped variables whose file name the checkpoint holds."""
+    manifest = folder / _MEMMAP_FILE
+    if manifest.exists():
+        try:
+            listed = json.loads(manifest.read_text())
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"Checkpoint file {str(manifest)!r} is not readable JSON: {e}") from e
+        if not isinstance(listed, dict) or not all(isinstance(f, str) and f == Path(f).name for f in listed.values()):
+            raise CheckpointError(f"Checkpoint file {str(manifest)!r} is not an object of state names to file names")
+        files = {str(n): folder / "model" / f for n, f in listed.items()}
+        missing = sorted(str(p) for p in files.values() if not p.is_file())
+        if missing:
+            raise CheckpointError(f"Checkpoint files {missing} that {str(manifest)!r} lists are missing")
+        return files
+    found = {name: folder / "model" / f for name, f in _memmap_names(variables).items()}
+    return {name: path for name, path in found.items() if path.is_file()}
+
+
+def _expected(var: popxl.Variable) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    return tuple(var.shape_on_host), np.dtype(popxl.dtypes.host_numpy(var.dtype))
+
+
+def _check_npz(path: Path, name: str, var: popxl.Variable) -> None:
+    """Check the header of the array `name` in the .npz `path` against `var`, reading (inflating) no data."""
+    member = f"{name}.npy"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if member not in archive.namelist():
+                raise CheckpointError(f"Checkpoint file {str(path)!r} holds no array {name!r}")
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    raise ValueError(f"unsupported .npy format version {version}")
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise CheckpointError(f"Checkpoint file {str(path)!r} is not a readable .npz: {e}") from e
+    want_shape, want_dtype = _expected(var)
+    if (tuple(shape), dtype) != (want_shape, want_dtype):
+        raise CheckpointError(
+            f"Checkpoint file {str(path)!r} holds {dtype} {tuple(shape)} for variable {name!r}, which is "
+            f"{want_dtype} {want_shape}"
+        )
+
+
+def _check_raw(path: Path, var: popxl.Variable) -> None:
+    """Check the size of a memory-mapped variable's file against `var`."""
+    shape, dtype = _expected(var)
+    want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = path.stat().st_size
+    if size != want:
+        raise CheckpointError(
+            f"Checkpoint file {str(path)!r} has {size} bytes, but variable {var.name!r} ({dtype} {shape}) has {want}"
+        )
+
+
+def _read_values(path: Path, name: str | None, var: popxl.Variable) -> np.ndarray:
+    """The values of `var` in a checked file: the array `name` of an .npz, or a memory-mapped variable's file."""
+    shape, dtype = _expected(var)
+    try:
+        if name is None:
+            return np.memmap(str(path), dtype, "r", shape=shape)
+        with np.load(path, allow_pickle=False) as archive:
+            values: np.ndarray = archive[name]
+        return values
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, io.UnsupportedOperation) as e:
+        raise CheckpointError(f"Checkpoint file {str(path)!r} cannot be read: {e}") from e
+
+
+def _session_info(path: Path) -> dict[str, Any]:
+    """The session state saved in `path`: a JSON object with the number of steps run."""
+    try:
+        loaded = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise CheckpointError(f"Checkpoint file {str(path)!r} is missing") from e
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"Checkpoint file {str(path)!r} is not readable JSON: {e}") from e
+    if not isinstance(loaded, dict) or not isinstance(loaded.get("steps"), int) or isinstance(loaded["steps"], bool):
+        raise CheckpointError(
+            f"Checkpoint file {str(path)!r} must hold a JSON object with the integer number of steps run "
+            f"('steps'), got {str(loaded)[:200]}"
+        )
+    return loaded
 
 
 def _report_missing(found: Iterable[str], wanted: Iterable[str], method: ReportMissing) -> None:
