@@ -184,3 +184,31 @@ def test_a_check_failing_after_writes_on_one_replica_changes_nothing_on_any(mode
             np.testing.assert_array_equal(np.asarray(b), before[1][k])
         s.run({index: good})
         np.testing.assert_array_equal(s.get_tensor_data(v), 6)
+
+
+@pytest.mark.parametrize(
+    ("shape", "entries", "message"),
+    [
+        ((-3,), 2, r"cannot have negative dimensions, got \(-3,\)"),
+        ((2, 2.5), 2, r"Dimension 1 of a remote buffer's tensor shape \(2, 2.5\) must be a whole number"),
+        ((2,), 0, "Entries must be a non-zero, positive integer. Got 0"),
+        ((2,), 1.5, "entries must be a whole number, got 1.5"),
+        ((10**9, 10**9), 2, r"2 entries of float32 \(1000000000, 1000000000\) would hold 8000000000000000000 bytes"),
+        ((2,), 10**15, r"10{15} entries of float32 \(2,\) would hold 8000000000000000 bytes, more than"),
+    ],
+)
+def test_absurd_remote_buffer_shapes_are_refused_when_made(
+    shape: tuple[float, ...], entries: float, message: str
+) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        with pytest.raises(ValueError, match=message):
+            popxl.remote_buffer(shape, popxl.float32, entries)  # type: ignore[arg-type]
+        buf = popxl.remote_buffer((2,), popxl.float32, 2)
+        with pytest.raises(ValueError, match=message):
+            buf.set_remote_buffer_info(popxl.float32, shape, entries)  # type: ignore[arg-type]
+        # A refused change leaves the buffer as it was.
+        assert (buf.tensor_shape, buf.entries) == ((2,), 2)
+        with pytest.raises(ValueError, match="would hold"):
+            buf.entries = 2**60
+        assert buf.entries == 2

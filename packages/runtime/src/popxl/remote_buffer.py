@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,29 @@ if TYPE_CHECKING:
 
 # Where a remote buffer's storage may live: pinned host memory, or the device's own memory.
 MEMORY_KINDS = ("host", "device")
+
+# The most bytes a remote buffer may hold (1 PiB): more is a mistake in its shape or entries, refused when the
+# buffer is made rather than when a Session tries to allocate it.
+MAX_BUFFER_BYTES = 2**50
+
+
+def _whole(value: Any, what: str) -> int:
+    """`value` as an int, refusing what is not a whole number (2.5, "3", True)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | float) or int(value) != value:
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def _checked_shape(shape: Any) -> tuple[int, ...]:
+    """A remote buffer's entry shape, each dimension a whole number of zero or more."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ValueError(f"A remote buffer's tensor shape must be a sequence of sizes, got {shape!r}") from None
+    checked = tuple(_whole(d, f"Dimension {i} of a remote buffer's tensor shape {dims}") for i, d in enumerate(dims))
+    if any(d < 0 for d in checked):
+        raise ValueError(f"A remote buffer's tensor shape cannot have negative dimensions, got {checked}")
+    return checked
 
 
 class RemoteBuffer:
@@ -37,7 +61,7 @@ class RemoteBuffer:
         memory: str | None = None,
     ) -> None:
         self._ir = ir if ir is not None else context.gir()
-        self._tensor_shape = tuple(int(s) for s in tensor_shape)
+        self._tensor_shape = _checked_shape(tensor_shape)
         self._tensor_dtype = dtypes.as_dtype(tensor_dtype)
         self.meta_shape: tuple[int, ...] = ()
         # Replicas each value is sharded over (None: the sharded variable's whole group).
@@ -78,15 +102,28 @@ class RemoteBuffer:
 
     @entries.setter
     def entries(self, value: int) -> None:
-        if int(value) < 1:
+        entries = _whole(value, "A remote buffer's entries")
+        if entries < 1:
             raise ValueError(f"Entries must be a non-zero, positive integer. Got {value} for a remote buffer")
-        self._entries = int(value)
+        self._check_size(self._tensor_shape, self._tensor_dtype, entries)
+        self._entries = entries
+
+    def _check_size(self, shape: tuple[int, ...], dtype: dtypes.dtype, entries: int) -> None:
+        nbytes = entries * math.prod(shape) * dtype.as_numpy().itemsize
+        if nbytes > MAX_BUFFER_BYTES:
+            raise ValueError(
+                f"A remote buffer of {entries} entries of {dtype.name} {shape} would hold {nbytes} bytes, more than "
+                f"the {MAX_BUFFER_BYTES} (1 PiB) this runtime allows: check its shape and entries"
+            )
 
     def set_remote_buffer_info(self, tensor_dtype: Any, tensor_shape: Any, entries: int) -> None:
         """Replace the buffer's tensor dtype, shape and number of entries."""
-        self.entries = entries
-        self._tensor_shape = tuple(int(s) for s in tensor_shape)
-        self._tensor_dtype = dtypes.as_dtype(tensor_dtype)
+        shape, dtype = _checked_shape(tensor_shape), dtypes.as_dtype(tensor_dtype)
+        count = _whole(entries, "A remote buffer's entries")
+        if count < 1:
+            raise ValueError(f"Entries must be a non-zero, positive integer. Got {entries} for a remote buffer")
+        self._check_size(shape, dtype, count)
+        self._entries, self._tensor_shape, self._tensor_dtype = count, shape, dtype
 
     def validate_tensor_matches_buffer(self, t: Any, num_shards: int = 1) -> None:
         """Raise ValueError unless `t` has the buffer's shape (its meta shape when sharded) and dtype."""
