@@ -196,3 +196,15 @@ def docs(session: nox.Session) -> None:
     session.install("--no-deps", "--force-reinstall", *[str(w) for w in sorted(DIST.glob("*.whl"))])
     session.run("pytest", "tests_dist/test_guides.py", "-q", "-rs", *session.posargs)
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
+def notebook(session: nox.Session) -> None:
+    """examples/batch_serialisation.ipynb run from top to bottom; `-- --write` saves its outputs into it."""
+    _build(session)
+    write = "--write" in session.posargs
+    args = [a for a in session.posargs if a != "--write"]
+    session.install("--find-links", str(DIST), "popxl-addons-harness", "pytest>=8", "nbclient>=0.10", "ipykernel>=6")
+    session.install("--no-deps", "--force-reinstall", *[str(w) for w in sorted(DIST.glob("*.whl"))])
+    env = {"NOTEBOOK_WRITE": "1" if write else "0"}
+    session.run("pytest", "tests_dist/test_notebook.py", "-q", "-s", *args, env=env)
