@@ -13,7 +13,7 @@ from popxl import dtypes
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering import fit
-from popxl.lowering.disk_tier import is_file_view
+from popxl.lowering.disk_tier import RemoteIOEvent, is_file_view
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -108,6 +108,24 @@ class Session:
     def remote_memory(self) -> str:
         """Where remote buffers and remote variables live: 'host' (pinned host memory) or 'device'."""
         return self._program.remote_memory
+
+    @property
+    def remote_dir(self) -> str | None:
+        """The folder of the remote buffers on local disk, or None where they are all in memory."""
+        disk = self._program.disk
+        return None if disk is None else str(disk.folder)
+
+    def record_remote_io(self) -> list[RemoteIOEvent]:
+        """Start timing the disk tier's work; the list returned fills as runs load and store entries.
+
+        Each event is a worker's "read" or "write" of an entry, or the program's "load" or "store" of one
+        (from asking to having it): a timeline of how the disk traffic overlaps the compute.
+        """
+        disk = self._program.disk
+        if disk is None:
+            raise ValueError("This Session has no remote buffers on disk (give it remote_dir, or POPXL_REMOTE_DIR)")
+        disk.events = []
+        return disk.events
 
     @property
     def replica_mode(self) -> str:

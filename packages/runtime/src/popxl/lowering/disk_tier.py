@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,6 +49,17 @@ DEFAULT_STAGING = 512 * 2**20
 THREADS = 4
 # How far along the recorded loads reads may start, in loads.
 LOOKAHEAD = 64
+
+
+class RemoteIOEvent(NamedTuple):
+    """One timed piece of disk-tier work: `kind` is "read" or "write" (a worker moving an entry), or "load" or
+    "store" (the program asking for one); times are `time.perf_counter()` seconds."""
+
+    kind: str
+    buffer: int
+    entry: int
+    start: float
+    end: float
 
 
 class _Read:
@@ -109,7 +120,7 @@ class DiskTier:
         self._step: dict[int, int] = {}
         self.bytes_read = 0
         self.bytes_written = 0
-        self.events: list[tuple[str, int, int, float, float]] | None = None
+        self.events: list[RemoteIOEvent] | None = None
 
     # -- files ------------------------------------------------------------------------------------------
 
@@ -149,8 +160,10 @@ class DiskTier:
             self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="popxl-disk")
 
     def close(self) -> None:
-        """Finish what is under way and stop the threads (the files stay)."""
+        """Finish what is under way, make the files durable and stop the threads (the files stay)."""
         self._drain()
+        for file in self.files.values():
+            file.commit(durable=True)
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
@@ -200,6 +213,13 @@ class DiskTier:
 
     def load(self, bid: int, index: int) -> Array:
         """Entry `index` of buffer `bid`, for the device: an array the caller may keep."""
+        start = time.perf_counter()
+        value = self._load(bid, index)
+        if self.events is not None:
+            self.events.append(RemoteIOEvent("load", bid, int(index), start, time.perf_counter()))
+        return value
+
+    def _load(self, bid: int, index: int) -> Array:
         self._raise_errors()
         key = (bid, int(index))
         file = self.files[bid]
@@ -212,7 +232,7 @@ class DiskTier:
                 read = self._reads.pop(key, None)
             if read is None:
                 read = self._start_read(key)
-            self._wait_read(key, read)
+            read.future.result()
             self.bytes_read += file.stride
             value = file.entry(key[1], read.staging)
             # The staging buffer is used again once the caller lets the value go.
@@ -222,6 +242,12 @@ class DiskTier:
 
     def store(self, bid: int, index: int, value: Array) -> None:
         """Replace entry `index` of buffer `bid` by `value` (written behind; returns once it is staged)."""
+        start = time.perf_counter()
+        self._store(bid, index, value)
+        if self.events is not None:
+            self.events.append(RemoteIOEvent("store", bid, int(index), start, time.perf_counter()))
+
+    def _store(self, bid: int, index: int, value: Array) -> None:
         self._raise_errors()
         key = (bid, int(index))
         file = self.files[bid]
@@ -242,7 +268,7 @@ class DiskTier:
         staging[: flat.size] = flat
         staging[flat.size :] = 0
         assert self._executor is not None
-        future = self._executor.submit(self._timed, "store", key, file.write_from, key[1], staging)
+        future = self._executor.submit(self._timed, "write", key, file.write_from, key[1], staging)
         self._writes[key] = (staging, future)
         self._write_order.append(key)
         self.bytes_written += file.stride
@@ -309,19 +335,11 @@ class DiskTier:
                 self._reads[key] = read
             ahead += stride
 
-    def _wait_read(self, key: Key, read: _Read) -> None:
-        if self.events is None or read.future.done():
-            read.future.result()
-            return
-        start = time.perf_counter()
-        read.future.result()
-        self.events.append(("wait", key[0], key[1], start, time.perf_counter()))
-
     def _start_read(self, key: Key) -> _Read:
         file = self.files[key[0]]
         staging = self._pool.take(file.stride)
         assert self._executor is not None
-        return _Read(staging, self._executor.submit(self._timed, "load", key, file.read_into, key[1], staging))
+        return _Read(staging, self._executor.submit(self._timed, "read", key, file.read_into, key[1], staging))
 
     def _timed(self, kind: str, key: Key, action: Any, index: int, staging: Array) -> None:
         if self.events is None:
@@ -329,7 +347,7 @@ class DiskTier:
             return
         start = time.perf_counter()
         action(index, staging)
-        self.events.append((kind, key[0], key[1], start, time.perf_counter()))
+        self.events.append(RemoteIOEvent(kind, key[0], key[1], start, time.perf_counter()))
 
     # -- whole entries, for the Session (variables) ----------------------------------------------------------
 

@@ -116,7 +116,7 @@ class RemoteFile:
                 f"{target}: could not allocate the {probe.size} bytes the remote buffer needs on disk ({e})"
             ) from e
         made = cls(target, dtype, tuple(shape), entries, fd)
-        made.commit()
+        made.commit(durable=True)
         return made
 
     @classmethod
@@ -183,15 +183,18 @@ class RemoteFile:
         """Say in the header that entries are being written (until `commit`)."""
         self._pwrite_bytes(0, self._header("dirty"))
 
-    def commit(self) -> None:
-        """Write the checksum table, say in the header that the file is clean, and make both durable."""
+    def commit(self, durable: bool = False) -> None:
+        """Write the checksum table and say in the header that the file is clean; with `durable`, flush the
+        disk's own cache too (what a process that is killed has written directly is on the disk already: this
+        is for power loss)."""
         table = np.zeros(self.data_offset - self.table_offset, np.uint8)
         sums = self.checksums.reshape(-1).view(np.uint8)
         table[: sums.size] = sums
         table[sums.size : sums.size + self.entries] = self.written
         self._pwrite_bytes(self.table_offset, table.tobytes())
         self._pwrite_bytes(0, self._header("clean"))
-        os.fdatasync(self._fd)
+        if durable:
+            os.fdatasync(self._fd)
 
     def reset(self, keep: set[int] | frozenset[int] = frozenset()) -> None:
         """Make every entry but those in `keep` read as zeros again (nothing is written to them)."""
