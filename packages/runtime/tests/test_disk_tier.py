@@ -94,7 +94,7 @@ def test_disk_tier_gives_the_numbers_in_memory_gives(tmp_path: Path) -> None:
 
 def test_environment_variable_chooses_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(disk_tier.REMOTE_DIR_VARIABLE, str(tmp_path))
-    ir, _, x, y = _program()
+    ir, _, x, _y = _program()
     session = popxl.Session(ir, "cpu")
     assert session.remote_dir == str(tmp_path.resolve())
     with session:
@@ -103,7 +103,7 @@ def test_environment_variable_chooses_the_folder(tmp_path: Path, monkeypatch: py
 
 
 def test_a_detached_remote_variable_is_a_view_of_its_file(tmp_path: Path) -> None:
-    ir, held, x, y = _program()
+    ir, held, x, _y = _program()
     session = popxl.Session(ir, "cpu", remote_dir=str(tmp_path))
     with session:
         session.run({x: np.ones(SHAPE, np.float32)})
@@ -181,7 +181,7 @@ def test_a_file_left_mid_run_or_corrupted_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_full_disk_is_refused_before_any_state_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ir, held, x, y = _program()
+    ir, held, _x, _y = _program()
     before = {v.name: np.array(v.host_data) for v in held}
     monkeypatch.setattr(disk_tier, "free_bytes", lambda folder: 4096)
     session = popxl.Session(ir, "cpu", remote_dir=str(tmp_path))
