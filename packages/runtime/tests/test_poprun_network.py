@@ -8,15 +8,18 @@ import contextlib
 import inspect
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from popdist import _control, _env, launcher
 
 POPRUN = [sys.executable, "-m", "popdist.launcher"]
@@ -189,3 +192,158 @@ def test_two_hosts_survive_port_scans_and_forged_messages(tmp_path: Path) -> Non
         assert f"[1,{host}]<stdout>:index {host} secret seen False" in out.splitlines()
         assert SECRET not in out + err
     assert "ignored a connection from 127.0.0.1: not a poprun of this launch" in results[0][2]
+
+
+def _signed(sender: int, nonces: tuple[str, str], seq: int, body: object, secret: bytes = SECRET.encode()) -> bytes:
+    mac = _control._mac(secret, "message", sender, nonces, seq, body)
+    return json.dumps({"seq": seq, "body": body, "mac": mac}).encode() + b"\n"
+
+
+def _events(link: _control.Link, wait: float) -> list[_control.Event]:
+    got = []
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            got.append(link.events.get(timeout=0.05))
+    return got
+
+
+def test_a_link_takes_only_its_peer_s_signed_messages_once() -> None:
+    # Host 0's end of an established link; the test plays host 1 (and an attacker on the same connection).
+    ours, theirs = socket.socketpair()
+    nonces = ("a" * 32, "b" * 32)
+    link = _control.Link(0, SECRET.encode(), {1: _control._Session(_control._Conn(ours), 1, nonces)})
+    try:
+        done = _signed(1, nonces, 1, {"done": 1})
+        theirs.sendall(done)
+        theirs.sendall(done)  # replayed: the same sequence number
+        for line in [
+            b'{"stop": {"what": "forged", "code": 7}}\n',  # unsigned
+            b'{"stop": {"code": "abc"}}\n',
+            _signed(1, nonces, 2, {"failed": {"what": "x", "code": 5}}, b"another secret of 32 characters"),
+            _signed(1, ("c" * 32, "b" * 32), 3, {"failed": {"what": "x", "code": 5}}),  # another connection's
+            _signed(0, nonces, 4, {"failed": {"what": "x", "code": 5}}),  # sent back to its sender
+            _signed(1, nonces, 5, {"failed": {"what": "x", "code": "abc"}}),  # signed, but not a report
+            _signed(1, nonces, 6, {"failed": {"what": "x", "code": 300}}),
+            _signed(1, nonces, 7, {"stop": {"what": "x", "code": 5}}),  # only host 0 says stop
+            _signed(1, nonces, 8, {"done": 2}),
+            b"x" * (_control.MAX_LINE * 3) + b"\n",
+            b"[" * 3000 + b"\n",
+            b"\xff\xfe\n",
+            _signed(1, nonces, 9, {"failed": {"what": "instance 3 failed", "code": 3}}),
+            _signed(1, nonces, 9, {"failed": {"what": "again", "code": 4}}),  # replayed number
+        ]:
+            theirs.sendall(line)
+        got = _events(link, 1.0)
+        assert got == [(1, {"done": 1}), (1, {"failed": {"what": "instance 3 failed", "code": 3}})]
+    finally:
+        link.close()
+        theirs.close()
+
+
+def test_a_silent_peer_is_lost_and_closing_does_not_wait_for_it() -> None:
+    ours, theirs = socket.socketpair()
+    nonces = ("a" * 32, "b" * 32)
+    start = time.monotonic()
+    link = _control.Link(0, SECRET.encode(), {1: _control._Session(_control._Conn(ours), 1, nonces)}, silence_s=1.0)
+    try:
+        theirs.sendall(b"{}\n" + b"x" * 100)  # not a message: does not count as being heard from
+        host, event = link.events.get(timeout=10)
+        assert (host, event) == (1, _control.Lost(1.0))
+        assert time.monotonic() - start < 5
+        heartbeats = theirs.recv(65536)  # the link kept sending its own
+        assert b'"beat":true' in heartbeats
+    finally:
+        closing = time.monotonic()
+        link.close()  # the peer never closes its side: bounded by CLOSE_S
+        assert time.monotonic() - closing < _control.CLOSE_S + 2
+        theirs.close()
+
+
+def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
+    port = launcher._free_port()
+    launch = {"num_hosts": 2, "num_instances": 2, "num_replicas": 2, "ipus_per_replica": 1}
+    secret = SECRET.encode()
+    result: list[object] = []
+
+    def host0() -> None:
+        try:
+            link = _control.gather("127.0.0.1", port, 2, launch, "127.0.0.1:1234", 30, secret)
+            result.append(link)
+        except BaseException as e:
+            result.append(e)
+
+    thread = threading.Thread(target=host0, daemon=True)
+    thread.start()
+    _wait_for(lambda: bool(_listeners(port)), "host 0 to listen")
+    # A hello that answered another connection's challenge, replayed on a new connection, is ignored.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
+        challenge = json.loads(first.makefile("rb").readline())["challenge"]
+    nonces = (challenge, "d" * 32)
+    hello = {"hello": 1, "launch": launch, "nonce": nonces[1], "mac": _control._mac(secret, "hello", nonces, 1, launch)}
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as replay:
+        reader = replay.makefile("rb")
+        assert "challenge" in json.loads(reader.readline())
+        replay.sendall(json.dumps(hello).encode() + b"\n")
+        assert reader.readline() == b""  # closed without an answer
+    # A poprun with another secret is not let in, and gives up when its time is out.
+    with pytest.raises(TimeoutError, match="did not start the launch within 2 s"):
+        _control.join(f"127.0.0.1:{port}", 1, launch, 2, b"another secret, 32 characters long")
+    assert not result, "host 0 ended"
+    link, jax_address = _control.join(f"127.0.0.1:{port}", 1, launch, 30, secret)
+    thread.join(30)
+    assert jax_address == "127.0.0.1:1234"
+    assert len(result) == 1 and isinstance(result[0], _control.Link), result
+    result[0].close()
+    link.close()
+
+
+def test_poprun_needs_a_secret_over_several_hosts() -> None:
+    address = f"127.0.0.1:{launcher._free_port()}"
+    for env, message in [
+        (_clean_env(), f"a launch over 2 hosts needs a secret that its hosts share: set {_control.SECRET_VARIABLE}"),
+        (_clean_env(**{_control.SECRET_VARIABLE: "short"}), f"{_control.SECRET_VARIABLE} is too short"),
+    ]:
+        done = subprocess.run(
+            [*POPRUN, *_launch_args(address, 0, "true")], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    made = subprocess.run([*POPRUN, "--new-secret"], capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert made.returncode == 0 and len(made.stdout.strip()) == 64, made
+
+
+def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path) -> None:
+    # Host 1's poprun is stopped (SIGSTOP: connected, but silent) while host 1's instance runs; host 0's
+    # instance has finished. Host 0's poprun must not wait for it for ever.
+    prog = _program(
+        tmp_path,
+        "wait.py",
+        f"""
+        import os, time
+        import popdist
+        from pathlib import Path
+        index = popdist.getInstanceIndex()
+        Path({str(tmp_path)!r}, f"pid{{index}}").write_text(str(os.getpid()))
+        if index == 1:
+            time.sleep({QUICK_TIMEOUT_S * 2})
+        """,
+    )
+    address = f"127.0.0.1:{launcher._free_port()}"
+    env = _clean_env(**{_control.SECRET_VARIABLE: SECRET})
+    rest = ["--num-instances", "2", "--init-timeout", "60", sys.executable, str(prog)]
+    procs = _launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
+    try:
+        _wait_for(lambda: all((tmp_path / f"pid{i}").exists() for i in range(2)), "the instances to start")
+        procs[1].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        code, out, err = _finish(procs[:1], QUICK_TIMEOUT_S)[0]
+        took = time.monotonic() - stopped
+    finally:
+        procs[1].kill()  # stopped: it would never finish on its own
+        _finish(procs, QUICK_TIMEOUT_S)
+    assert code == launcher.LAUNCH_FAILED, out + err
+    assert err.splitlines()[-1] == (
+        f"poprun: lost contact with host 1's poprun after {_control.SILENCE_S:g} s of silence; "
+        "stopped the other instances"
+    )
+    assert took < 30, took
