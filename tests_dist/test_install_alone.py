@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -124,4 +125,7 @@ def test_each_distribution_has_a_wheel_and_an_sdist() -> None:
     for name in DISTRIBUTIONS:
         stem = f"{name.replace('-', '_')}-{version}"
         assert (DIST / f"{stem}.tar.gz").is_file(), stem
-        assert [w for w in wheels if w.name.startswith(f"{stem}-py3-none-any")], stem
+        (wheel,) = [w for w in wheels if w.name.startswith(f"{stem}-py3-none-any")]
+        # PEP 561: the wheel marks each of its packages as typed.
+        package = DISTRIBUTIONS[name][0].replace(".", "/")
+        assert f"{package}/py.typed" in zipfile.ZipFile(wheel).namelist(), wheel.name
