@@ -37,6 +37,23 @@ def interleaved(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int 
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def matmul_flops(layers: int, width: int, sequence: int, vocab: int, tokens: int) -> float:
+    """Matmul FLOPs of one GPT training step over `tokens` tokens (forward, and backward at twice the forward)."""
+    per_token = layers * (24 * width * width + 4 * sequence * width) + 2 * width * vocab
+    return float(3 * per_token * tokens)
+
+
+def machine_matmul_rate(device: Any, dtype: Any, size: int) -> float:
+    """FLOP/s of a (size x size) @ (size x size) matmul in `dtype` on `device`, the median of a few runs."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.device_put(jnp.ones((size, size), dtype), device)
+    f = jax.jit(lambda x: x @ x)
+    seconds = interleaved({"matmul": lambda: f(a).block_until_ready()}, repeats=5, warmup=2)["matmul"]
+    return 2.0 * size**3 / seconds
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """Seconds taken by one call of `fn`, and its result."""
     start = time.perf_counter()

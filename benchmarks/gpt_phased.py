@@ -35,28 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 import jax
 import jax.numpy as jnp
-from common import add_out_option, interleaved, save
+from common import add_out_option, interleaved, machine_matmul_rate, matmul_flops, save
 from gpt_jax import train_step
 from gpt_phased import Config, _phased_variable, initial_weights, phased_program, unphased_program
 
 import popxl
 from popxl.lowering.memory import memory_figures
-
-
-def matmul_flops(config: Config) -> float:
-    """Matmul FLOPs of one training step (forward plus backward at twice the forward)."""
-    w, tokens = config.width, config.batch * config.sequence
-    per_token = config.layers * (24 * w * w + 4 * config.sequence * w) + 2 * w * config.vocab
-    return float(3 * per_token * tokens)
-
-
-def machine_matmul_rate(device: jax.Device, dtype: Any, size: int) -> float:
-    """FLOP/s of a (size x size) @ (size x size) jnp matmul on `device`, median of a few runs."""
-    a = jax.device_put(jnp.ones((size, size), dtype), device)
-    f = jax.jit(lambda x: x @ x)
-    seconds = interleaved({"matmul": lambda: f(a).block_until_ready()}, repeats=5, warmup=2)["matmul"]
-    return 2.0 * size**3 / seconds
-
 
 # ---- Running --------------------------------------------------------------------------------------------------
 
@@ -172,7 +156,7 @@ def main() -> None:
     np.testing.assert_allclose(first["phased"], first["jax"], rtol=tolerance)
     np.testing.assert_allclose(first["unphased"], first["jax"], rtol=tolerance)
     rate = machine_matmul_rate(target, config.dtype.as_numpy(), args.matmul_size)
-    flops = matmul_flops(config)
+    flops = matmul_flops(config.layers, config.width, config.sequence, config.vocab, config.batch * config.sequence)
     figures: dict[str, Any] = {
         "device": str(target),
         "config": {k: getattr(config, k) for k in ("vocab", "width", "heads", "layers", "sequence", "micro", "steps")},

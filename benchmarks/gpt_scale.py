@@ -47,7 +47,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
-from common import add_out_option, save
+from common import add_out_option, machine_matmul_rate, matmul_flops, save
+from disk_figures import disk_bandwidth, io_counters, plot_timeline, timeline, write_trace
 
 SIZES: dict[str, tuple[int, int, int]] = {  # layers, width, heads
     "tiny": (2, 64, 2),
@@ -58,7 +59,9 @@ SIZES: dict[str, tuple[int, int, int]] = {  # layers, width, heads
     "2.7b": (32, 2560, 32),
     "6.7b": (32, 4096, 32),
 }
-PROGRAMS = ("phased", "jax")
+PROGRAMS = ("phased", "disk", "jax")
+# The phased programs by where their state lives: host memory ("phased") or files on local disk ("disk").
+TIERS = ("phased", "disk")
 STAGES = ("build", "attach", "compile", "first_step")
 
 
@@ -74,6 +77,8 @@ class Spec:
     micro_batches: int
     steps: int
     device: str
+    # The disk tier's folder, for the "disk" program: the phased program with its state on disk.
+    remote_dir: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -149,9 +154,11 @@ def phased_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
 
     config = _config(spec)
     itemsize = config.dtype.as_numpy().itemsize
+    on_disk = spec.program == "disk"
     # Building makes every weight's and Adam moment's initial value on the host (the moments' second in
-    # float32); no Session is there yet to check that the machine holds them.
-    building = parameters(config) * (2 * itemsize + 4)
+    # float32); no Session is there yet to check that the machine holds them. With the state on disk, only
+    # the weights: the moments' zeros are never in memory, and are not written to the files either.
+    building = parameters(config) * (itemsize if on_disk else 2 * itemsize + 4)
     available = host_available()
     if available is not None and building > available:
         watch.stage = "build"
@@ -165,16 +172,50 @@ def phased_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
         "gradients": sum(s.grads.host_bytes() for s in stages),
         "adam": sum(s.adam.host_bytes() for s in stages),
     }
-    session = watch.time("attach", lambda: popxl.Session(ir, spec.device, checks=False).__enter__())
+    folder = spec.remote_dir if on_disk else None
+    os.environ.pop("POPXL_REMOTE_DIR", None)  # the state in memory means in memory
+    session = watch.time("attach", lambda: popxl.Session(ir, spec.device, checks=False, remote_dir=folder).__enter__())
     tokens, labels = _data(spec)
     feeds = {
         streams["tokens"]: tokens.reshape(session.host_layout.shape(streams["tokens"].shape)),
         streams["labels"]: labels.reshape(session.host_layout.shape(streams["labels"].shape)),
     }
     memory = watch.time("compile", lambda: session.memory_analysis(feeds))
-    losses, step = _steps(lambda: float(np.mean(session.run(feeds)[streams["loss"]])), spec.steps, watch)
+    events = session.record_remote_io() if on_disk else []
+    span: list[float] = []
+
+    def run() -> float:
+        events.clear()  # the timeline is the last step's
+        span[:] = [time.perf_counter()]
+        loss = float(np.mean(session.run(feeds)[streams["loss"]]))
+        span.append(time.perf_counter())
+        return loss
+
+    first = io_counters()
+    losses, step = _steps(run, spec.steps, watch)
+    moved = {k: (v - first[k]) / (spec.steps + 1) for k, v in io_counters().items()}
     session.__exit__(None, None, None)
-    return {"parameters": parameters(config), "state_bytes": state, "memory": memory, "losses": losses, "step_s": step}
+    figures: dict[str, Any] = {
+        "parameters": parameters(config),
+        "state_bytes": state,
+        "memory": memory,
+        "losses": losses,
+        "step_s": step,
+        "flops_per_step": matmul_flops(config.layers, config.width, config.sequence, config.vocab, _tokens(spec)),
+        "os_bytes_per_step": moved,
+    }
+    if on_disk and len(span) == 2:
+        lanes = timeline([list(e) for e in events], span[0], span[1])
+        name = f"gpt_scale_timeline_{spec.size}_{spec.dtype}"
+        write_trace(lanes, Path(spec.remote_dir).parent / f"{name}.json")
+        title = f"One step of the phased GPT at {spec.size} widths, {spec.dtype}, state on disk"
+        plot_timeline(lanes, title, Path(spec.remote_dir).parent / f"{name}.png")
+        figures["timeline"] = name
+    return figures
+
+
+def _tokens(spec: Spec) -> int:
+    return spec.micro_batches * spec.sequence
 
 
 def jax_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
@@ -239,16 +280,19 @@ def jax_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
 def child(spec: Spec) -> None:
     """Measure one program at one size; print its figures as the last line of standard output."""
     import popxl
+    from popxl.lowering.remote_file import RemoteFileError
 
     # Should the OS have to end a process for memory after all, let it be this one rather than a neighbour's.
     with contextlib.suppress(OSError):
         Path("/proc/self/oom_score_adj").write_text("1000")
     watch = Stopwatch(f"{spec.program} {spec.size} {spec.dtype}")
     try:
-        figures = (phased_child if spec.program == "phased" else jax_child)(spec, watch)
+        figures = (jax_child if spec.program == "jax" else phased_child)(spec, watch)
         result = {"outcome": "trained", **figures}
     except popxl.OutOfMemoryError as e:
         result = {"outcome": "out_of_memory", "stage": watch.stage, "error": str(e)}
+    except RemoteFileError as e:  # the disk tier's folder too small: refused before anything was written
+        result = {"outcome": "out_of_disk", "stage": watch.stage, "error": str(e)}
     result["seconds"] = watch.seconds
     print(json.dumps(result))
 
@@ -278,8 +322,11 @@ def run_child(spec: Spec) -> dict[str, Any]:
 Figures = dict[str, Any]
 
 
-def sweep(specs: dict[str, list[Spec]], run: Callable[[Spec], Figures]) -> tuple[list[Figures], dict[str, Any]]:
-    """Run each dtype's sizes in order, phased then JAX, until the phased program first fails to train.
+def sweep(
+    specs: dict[str, list[Spec]], run: Callable[[Spec], Figures], tiers: tuple[str, ...] = ("phased",)
+) -> tuple[list[Figures], dict[str, Any]]:
+    """Run each dtype's sizes in order, each phased program of `tiers` (its state in memory, on disk) and then
+    JAX, until no tier trains a size.
 
     Returns every run's figures and, per dtype, the largest size trained phased and the first that was not.
     """
@@ -288,12 +335,13 @@ def sweep(specs: dict[str, list[Spec]], run: Callable[[Spec], Figures]) -> tuple
     for dtype, phased in specs.items():
         largest[dtype] = {"trained": None, "parameters": None, "stopped_at": None, "reason": None}
         for spec in phased:
-            result = run(spec)
-            runs.append(result)
-            if result["outcome"] != "trained":
-                largest[dtype].update(stopped_at=spec.size, reason=result.get("error", result["outcome"]))
+            results = [run(Spec(**{**asdict(spec), "program": tier})) for tier in tiers]
+            runs.extend(results)
+            trained = [r for r in results if r["outcome"] == "trained"]
+            if not trained:
+                largest[dtype].update(stopped_at=spec.size, reason=results[-1].get("error", results[-1]["outcome"]))
                 break
-            largest[dtype].update(trained=spec.size, parameters=result["parameters"])
+            largest[dtype].update(trained=spec.size, parameters=trained[0]["parameters"])
             runs.append(run(Spec(**{**asdict(spec), "program": "jax"})))
     return runs, largest
 
@@ -329,8 +377,48 @@ def _table(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _disk_table(runs: list[dict[str, Any]], machine: dict[str, Any]) -> list[str]:
+    """The disk tier's figures per trained phased run: bytes the OS moved per step, the disk's bandwidth
+    reached, and matmul FLOP/s against this machine's peak (both measured in this run)."""
+    disk = machine.get("disk") or {}
+    header = (
+        f"{'size':7s} {'dtype':8s} {'program':7s} {'step':>8s} {'read/step':>10s} {'written':>10s} "
+        f"{'read GB/s':>9s} {'write GB/s':>10s} {'disk busy':>9s} {'GFLOP/s':>8s} {'of peak':>7s}"
+    )
+    lines = [header]
+    for r in runs:
+        if r["outcome"] != "trained" or r["program"] == "jax":
+            continue
+        moved, step = r["os_bytes_per_step"], r["step_s"]
+        busy = (
+            (moved["read_bytes"] / disk["read_bytes_per_s"] + moved["write_bytes"] / disk["write_bytes_per_s"]) / step
+            if disk
+            else float("nan")
+        )
+        rate = r["flops_per_step"] / step
+        peak = machine["matmul_flops_per_s"].get(r["dtype"], float("nan"))
+        lines.append(
+            f"{r['size']:7s} {r['dtype']:8s} {r['program']:7s} {step:8.2f} {_bytes(moved['read_bytes']):>10s} "
+            f"{_bytes(moved['write_bytes']):>10s} {moved['read_bytes'] / step / 1e9:9.2f} "
+            f"{moved['write_bytes'] / step / 1e9:10.2f} {busy:9.0%} {rate / 1e9:8.1f} {rate / peak:7.1%}"
+        )
+    return lines
+
+
+def _machine(args: argparse.Namespace, dtypes: list[str], remote: Path) -> dict[str, Any]:
+    """This machine's own limits, measured in this run: matmul FLOP/s per dtype, and the disk tier folder's
+    sequential bandwidth."""
+    import jax
+    import numpy as np
+
+    device = jax.devices(args.device)[0]
+    rates = {d: machine_matmul_rate(device, np.dtype(d), args.matmul_size) for d in dtypes}
+    disk = disk_bandwidth(remote, args.probe_bytes) if "disk" in args.tiers.split(",") else None
+    return {"matmul_flops_per_s": rates, "matmul_size": args.matmul_size, "disk": disk, "remote_dir": str(remote)}
+
+
 def main() -> None:
-    """Run the sweep, print the table and the largest model trained phased, and save the figures."""
+    """Run the sweep, print the tables and the largest model trained phased, and save the figures."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", help=f"sizes in order, from {', '.join(SIZES)} (default: small,medium,large)")
     p.add_argument("--dtypes", default="float32,float16", help="dtypes, each swept separately (default: both)")
@@ -339,6 +427,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2, help="steps timed after the first, their median (default: 2)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="where the programs run (default: cpu)")
     p.add_argument("--small", action="store_true", help="a smoke run: vocabulary 512, sequence 64, size tiny")
+    p.add_argument(
+        "--tiers",
+        default="phased,disk",
+        help="where the phased program keeps its state: phased (host memory), disk (files); default both",
+    )
+    p.add_argument(
+        "--remote-dir", type=Path, help="the disk tier's folder, on the disk to measure (default: OUT/remote)"
+    )
+    p.add_argument(
+        "--probe-bytes", type=int, default=2 * 2**30, help="bytes of the disk bandwidth probe (default 2 GiB)"
+    )
+    p.add_argument("--matmul-size", type=int, default=2048, help="the square matmul that measures the peak (2048)")
     p.add_argument("--child", help=argparse.SUPPRESS)  # one program at one size, as a subprocess runs it
     add_out_option(p)
     args = p.parse_args()
@@ -348,18 +448,22 @@ def main() -> None:
     sizes = (args.sizes or ("tiny" if args.small else "small,medium,large")).split(",")
     unknown = [s for s in sizes if s not in SIZES]
     dtypes = args.dtypes.split(",")
-    if unknown or not set(dtypes) <= {"float32", "float16"}:
-        p.error(f"unknown sizes {unknown} or dtypes {dtypes}: sizes are {', '.join(SIZES)}")
+    tiers = tuple(args.tiers.split(","))
+    if unknown or not set(dtypes) <= {"float32", "float16"} or not set(tiers) <= set(TIERS) or not tiers:
+        p.error(f"unknown sizes {unknown}, dtypes {dtypes} or tiers {tiers}: sizes are {', '.join(SIZES)}")
     vocab, sequence = (512, args.sequence or 64) if args.small else (50304, args.sequence or 1024)
+    remote = (args.remote_dir or args.out / "remote").resolve()
     specs = {
         dtype: [
-            Spec("phased", size, dtype, vocab, sequence, args.micro_batches, args.steps, args.device) for size in sizes
+            Spec("phased", s, dtype, vocab, sequence, args.micro_batches, args.steps, args.device, str(remote))
+            for s in sizes
         ]
         for dtype in dtypes
     }
     figures: dict[str, Any] = {
         "settings": {"vocab": vocab, "sequence": sequence, "micro_batches": args.micro_batches, "device": args.device},
         "sizes": {s: dict(zip(("layers", "width", "heads"), SIZES[s])) for s in sizes},
+        "machine": _machine(args, dtypes, remote),
         "runs": [],
     }
 
@@ -369,12 +473,21 @@ def main() -> None:
         save("gpt_scale", figures, args.out)
         return figures["runs"][-1]  # type: ignore[no-any-return]
 
-    runs, figures["largest_phased"] = sweep(specs, run)
+    runs, figures["largest_phased"] = sweep(specs, run, tiers)
     print(
         f"GPT, vocabulary {vocab}, {args.micro_batches} micro-batches of one {sequence}-token sequence a step, "
-        f"on {args.device}; seconds, bytes per device"
+        f"on {args.device}; seconds, bytes per device; phased: state in memory, disk: state in files of {remote}"
     )
     print("\n".join(_table(runs)))
+    disk = figures["machine"]["disk"]
+    if disk:
+        print(
+            f"\nthe disk itself (O_DIRECT, sequential, {_bytes(disk['probe_bytes'])}): read "
+            f"{disk['read_bytes_per_s'] / 1e9:.2f} GB/s, write {disk['write_bytes_per_s'] / 1e9:.2f} GB/s"
+        )
+    peaks = ", ".join(f"{d} {r / 1e9:.1f} GFLOP/s" for d, r in figures["machine"]["matmul_flops_per_s"].items())
+    print(f"matmul peak ({args.matmul_size}-square): {peaks}")
+    print("\n".join(_disk_table(runs, figures["machine"])))
     for dtype, found in figures["largest_phased"].items():
         trained = f"{found['trained']} ({found['parameters'] / 1e6:.0f}M parameters)" if found["trained"] else "none"
         stop = f"; {found['stopped_at']} did not fit" if found["stopped_at"] else "; every size given trained"

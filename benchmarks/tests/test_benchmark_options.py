@@ -48,7 +48,7 @@ RUNS: dict[str, list[list[str]]] = {
     ],
     "gpt_scale": [
         ["--small", "--sizes", "tiny", "--dtypes", "float16", "--sequence", "16", "--micro-batches", "2",
-         "--steps", "1", "--device", "cpu"],
+         "--steps", "1", "--device", "cpu", "--probe-bytes", "67108864", "--matmul-size", "256"],
     ],
 }  # fmt: skip
 
@@ -234,10 +234,23 @@ def test_gpt_scale(tmp_path: Path) -> None:
     assert f["sizes"] == {"tiny": {"layers": 2, "width": 64, "heads": 2}}
     assert [(r["program"], r["size"], r["dtype"], r["outcome"]) for r in f["runs"]] == [
         ("phased", "tiny", "float16", "trained"),
+        ("disk", "tiny", "float16", "trained"),
         ("jax", "tiny", "float16", "trained"),
     ]
-    phased, jax = f["runs"]
-    assert phased["parameters"] == jax["parameters"]
+    phased, disk, jax = f["runs"]
+    assert phased["parameters"] == disk["parameters"] == jax["parameters"]
+    # The state on disk: what the OS read and wrote for the disk tier, a timeline of the last step, the disk's
+    # own bandwidth and the matmul peak measured in the same run.
+    assert disk["os_bytes_per_step"]["write_bytes"] >= disk["state_bytes"]["weights"]
+    assert phased["os_bytes_per_step"]["write_bytes"] < disk["state_bytes"]["weights"]
+    trace = json.loads((out / f"{disk['timeline']}.json").read_text())
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert {"compute", "program: load", "program: store", "disk: reads", "disk: writes"} == lanes
+    assert (out / f"{disk['timeline']}.png").stat().st_size > 0
+    machine = f["machine"]
+    _positive(machine["disk"]["read_bytes_per_s"], machine["disk"]["write_bytes_per_s"])
+    _positive(machine["matmul_flops_per_s"]["float16"], disk["flops_per_step"])
+    assert "disk busy" in stdout
     mine, theirs = phased["state_bytes"], jax["state_bytes"]
     assert (mine["weights"], mine["gradients"]) == (theirs["weights"], theirs["gradients"])
     assert 0 <= mine["adam"] - theirs["adam"] < 1024  # popxl's Adam counts steps per weight, JAX's once

@@ -131,7 +131,8 @@ class DiskTier:
     def staging_bytes(self) -> int:
         """The most memory the staging buffers take: reads ahead and writes behind, at least one entry each."""
         largest = max((_probe(b).stride for b in self.buffers), default=0)
-        return 2 * max(self.staging, largest) + largest
+        total = sum(_probe(b).entries * _probe(b).stride for b in self.buffers)
+        return 2 * min(max(self.staging, largest), total) + largest
 
     def check_space(self) -> None:
         """Raise `RemoteFileError` naming the folder, the bytes needed and free, where the files cannot fit."""
@@ -370,6 +371,15 @@ class DiskTier:
             return False
         same = base.offset == file.data_offset + index * file.stride and value.nbytes == file.nbytes
         return bool(same and value.ctypes.data == base.ctypes.data and bool(file.written[index]))
+
+    def zero_entry(self, bid: int, index: int) -> None:
+        """Make entry `index` of buffer `bid` read as zeros (nothing is written)."""
+        self._drain()
+        file = self.files[bid]
+        if file.written[index] and bid not in self._dirty:
+            file.mark_dirty()
+            self._dirty.add(bid)
+        file.reset(set(range(file.entries)) - {index})
 
     def commit(self) -> None:
         """Commit the files written by `write_entry(..., commit=False)`."""

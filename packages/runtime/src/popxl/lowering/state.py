@@ -140,7 +140,9 @@ class _DiskSlot(_RemoteSlot):
 
     def initialise(self, host: Array, rows: dict[str, Array], buffers: dict[str, Array]) -> None:
         stored = host_rows.stored_rows(self.remote, host, self.replicas)
-        if not self.disk.is_view(self._bid, self.remote.offset, host):
+        if not stored.any():  # optimizer state starts at zeros, which an entry never written reads as
+            self.disk.zero_entry(self._bid, self.remote.offset)
+        elif not self.disk.is_view(self._bid, self.remote.offset, host):
             self.disk.write_entry(self._bid, self.remote.offset, stored[0], commit=False)
         if self.loaded is not None:
             rows[self.loaded.id] = stored
