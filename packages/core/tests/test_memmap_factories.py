@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
+import pytest
 
 import popxl
 from popxl import ops
@@ -71,3 +72,31 @@ def test_a_factory_hands_the_arrays_it_makes_to_its_variables_without_a_copy() -
     assert not np.shares_memory(given.host_data, mine)
     mine += 1
     np.testing.assert_array_equal(given.host_data, np.ones((2, 3)))
+
+
+def test_a_file_of_another_shape_is_refused_and_left_as_it_is(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "model.w.npy"
+    np.arange(4, dtype=np.float32).tofile(path)  # 16 bytes: a (2, 2) float32, not the (2, 3) asked for
+    before = path.read_bytes()
+    ir = popxl.Ir()
+    with ir.main_graph, pytest.raises(ValueError, match=r"16 bytes.*needs 24"):
+        _factories().init("model", memmap_dir=tmp_path)
+    assert path.read_bytes() == before
+
+
+def test_remote_variables_from_files_with_the_disk_tier(tmp_path: pathlib.Path) -> None:
+    """popxl-addons' memmap_dir with remote buffers on disk: each run's updates reach the maps at detach."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        factories = _factories()
+        buffers = named_variable_buffers(factories)
+        variables = factories.init_remote(buffers, 0, "remote", memmap_dir=tmp_path / "maps")
+        loaded = ops.remote_load(buffers.w, 0)
+        ops.remote_store(buffers.w, 0, loaded + 1.0)
+    session = popxl.Session(ir, "cpu", remote_dir=tmp_path / "tier")
+    with session:
+        session.run()
+        session.run()
+    stored = np.memmap(str(tmp_path / "maps" / "remote.w.npy"), np.float32, "r", shape=(2, 3))
+    np.testing.assert_array_equal(stored, W + 2)
+    np.testing.assert_array_equal(session.get_tensor_data(variables.w), W + 2)

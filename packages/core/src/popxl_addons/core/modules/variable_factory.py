@@ -174,6 +174,16 @@ class VariableFactory:
             if not empty:
                 np.copyto(data, self.next_data())
             return data
+        # popxl-addons' files are raw bytes: their size is what tells a file of another shape or dtype, which
+        # np.memmap would silently extend with zeros (or read short).
+        expected = math.prod(shape) * np.dtype(self.dtype.as_numpy()).itemsize
+        found = path.stat().st_size
+        if found != expected:
+            raise ValueError(
+                f"{path} holds {found} bytes, and variable {name!r} ({self.dtype.name} {tuple(shape)}) needs "
+                f"{expected}: it was written for another shape or dtype. It is left as it is; remove it, or "
+                "give another memmap_dir."
+            )
         if read_only_if_exists:
             return np.memmap(str(path), dtype=self.dtype.as_numpy(), shape=shape, mode="r")
         return np.memmap(str(path), dtype=self.dtype.as_numpy(), shape=shape, mode="r+")
