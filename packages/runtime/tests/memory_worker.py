@@ -1,6 +1,6 @@
 """A program too large for this machine, run in its own process: it must end with OutOfMemoryError, not a kill.
 
-`run`: five activations, each 1.5 times the memory the machine has available now; a
+`run [bytes]`: five activations, each 1.5 times the memory the machine has available now (or `bytes`); a
 variable is updated by the run, so that a refused run can be seen to change nothing. `attach [bytes]`: a
 remote buffer of 1.5 times that memory (or of `bytes`). Exits 3 after the expected error, printing it.
 
@@ -24,10 +24,10 @@ from popxl.lowering import fit
 ROWS = 1024
 
 
-def run_too_large() -> None:
+def run_too_large(nbytes: int | None = None) -> None:
     available = fit.host_available()
     assert available is not None, "this machine's available memory is unknown"
-    cols = int(1.5 * available / ROWS / 4)
+    cols = int((1.5 * available if nbytes is None else nbytes) / ROWS / 4)
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence(True):
         x = popxl.h2d_stream((ROWS, 1), popxl.float32, name="x")
@@ -41,7 +41,8 @@ def run_too_large() -> None:
     feeds = {x: np.ones((ROWS, 1), np.float32)}
     with popxl.Session(ir, "cpu") as session:
         figures = session.memory_analysis(feeds)
-        assert figures["temp"] > available, f"the program needs {figures['temp']} B only, {available} B available"
+        if nbytes is None:
+            assert figures["temp"] > available, f"the program needs {figures['temp']} B only, {available} B available"
         try:
             session.run(feeds)
         except popxl.OutOfMemoryError as e:
@@ -99,7 +100,7 @@ def library_fusion(rows: int, cols: int, measure: bool) -> None:
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "run":
-        run_too_large()
+        run_too_large(*map(int, args))
     elif mode == "attach":
         attach_too_large(*map(int, args))
     else:

@@ -182,7 +182,7 @@ def host_limits() -> dict[str, int]:
         meminfo = ""
     found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
     shared = local_instances()
-    share = f" (its share: 1/{shared} for each of this host's {shared} instances)" if shared > 1 else ""
+    share = f", a 1/{shared} share: this host runs {shared} instances of the launch" if shared > 1 else ""
     if found:
         limits[f"MemAvailable{share}"] = int(found.group(1)) * 1024 // shared
     cgroup = _cgroup_available()
@@ -329,7 +329,10 @@ def out_of_memory_message(
         parts = f"{parts or '0 B'} on each of its {devices} devices"
     where = "this machine" if device.platform == "cpu" else f"{device}"
     have = "an unknown amount" if available is None else format_bytes(available)
-    why = f" ({_binding[1]})" if available is not None and available == _binding[0] else ""
+    binding = available is not None and available == _binding[0]
+    why = f" ({_binding[1]})" if binding else ""
+    if binding and _binding[1].startswith("RLIMIT"):
+        where = "this process"  # its own limit, not the machine's memory
     lines = textwrap.wrap(f"{what} would allocate {parts or '0 B'}, but {where} has {have} available{why}. {outcome}")
     largest = sorted(held(), key=lambda b: b.nbytes, reverse=True)[:_NAMED]
     if largest:
