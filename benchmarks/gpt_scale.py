@@ -59,9 +59,10 @@ SIZES: dict[str, tuple[int, int, int]] = {  # layers, width, heads
     "2.7b": (32, 2560, 32),
     "6.7b": (32, 4096, 32),
 }
-PROGRAMS = ("phased", "disk", "jax")
-# The phased programs by where their state lives: host memory ("phased") or files on local disk ("disk").
-TIERS = ("phased", "disk")
+PROGRAMS = ("device", "phased", "disk", "jax")
+# The phased programs by where their state lives: the device's own memory ("device"; on a CPU the same RAM),
+# pinned host memory ("phased") or files on local disk ("disk").
+TIERS = ("device", "phased", "disk")
 STAGES = ("build", "attach", "compile", "first_step")
 
 
@@ -174,7 +175,11 @@ def phased_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
     }
     folder = spec.remote_dir if on_disk else None
     os.environ.pop("POPXL_REMOTE_DIR", None)  # the state in memory means in memory
-    session = watch.time("attach", lambda: popxl.Session(ir, spec.device, checks=False, remote_dir=folder).__enter__())
+    memory_kind = "device" if spec.program == "device" else None
+    session = watch.time(
+        "attach",
+        lambda: popxl.Session(ir, spec.device, checks=False, remote_memory=memory_kind, remote_dir=folder).__enter__(),
+    )
     tokens, labels = _data(spec)
     feeds = {
         streams["tokens"]: tokens.reshape(session.host_layout.shape(streams["tokens"].shape)),
@@ -430,7 +435,8 @@ def main() -> None:
     p.add_argument(
         "--tiers",
         default="phased,disk",
-        help="where the phased program keeps its state: phased (host memory), disk (files); default both",
+        help="where the phased program keeps its state: device (its memory), phased (pinned host memory), disk "
+        "(files in --remote-dir); default phased,disk",
     )
     p.add_argument(
         "--remote-dir", type=Path, help="the disk tier's folder, on the disk to measure (default: OUT/remote)"

@@ -38,5 +38,10 @@ step planner 60 python3 benchmarks/planner.py --device gpu --width 1024 --batch 
 # the GPU) beside the same model in JAX: 2.7b is 32 layers of width 2560, float16, 4 micro-batches of one
 # 1024-token sequence. Each size's figures are saved as it finishes, so a run out of time keeps them.
 step gpt_scale 270 python3 benchmarks/gpt_scale.py --device gpu --sizes "${SCALE_SIZES:-2.7b}" --dtypes float16 \
-    --sequence 1024 --micro-batches 4 --steps 2
+    --sequence 1024 --micro-batches 4 --steps 2 --tiers phased
+# The three tiers of remote memory at one size: the GPU's own memory, pinned host memory and files on the local
+# disk (NVMe where the machine has it), with the disk's own bandwidth and a timeline of one step on disk.
+step gpt_scale_tiers 200 python3 benchmarks/gpt_scale.py --device gpu --sizes "${TIER_SIZES:-medium}" \
+    --dtypes float16 --sequence 1024 --micro-batches 4 --steps 2 --tiers device,phased,disk --matmul-size 8192 \
+    --probe-bytes 1073741824 --out "$dest/tiers"
 exit $status
