@@ -347,3 +347,39 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path) -> None:
         "stopped the other instances"
     )
     assert took < 30, took
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_a_killed_poprun_leaves_no_instance_nor_its_children(tmp_path: Path, hosts: int) -> None:
+    # Each instance starts a child of its own; poprun is then killed with SIGKILL (no chance to clean up).
+    prog = _program(
+        tmp_path,
+        "spawn.py",
+        f"""
+        import os, subprocess, sys, time
+        import popdist
+        from pathlib import Path
+        index = popdist.getInstanceIndex()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep({QUICK_TIMEOUT_S * 2})"])
+        Path({str(tmp_path)!r}, f"pids{{index}}").write_text(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep({QUICK_TIMEOUT_S * 2})
+        """,
+    )
+    env = _clean_env(**{_control.SECRET_VARIABLE: SECRET})
+    rest = ["--num-instances", str(2 * hosts), "--mpi", "off", "--init-timeout", "60", sys.executable, str(prog)]
+    if hosts == 1:
+        procs = _launchers([rest], [env])
+    else:
+        address = f"127.0.0.1:{launcher._free_port()}"
+        procs = _launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
+    files = [tmp_path / f"pids{i}" for i in range(2 * hosts)]
+    try:
+        _wait_for(lambda: all(f.exists() and len(f.read_text().split()) == 2 for f in files), "the instances")
+        procs[-1].kill()
+        pids = [int(pid) for f in files for pid in f.read_text().split()]
+        # The killed host's, and the other host's too (its poprun stops them on losing contact).
+        _wait_for(lambda: all(_gone(pid) for pid in pids), "every instance and child to end", 30)
+    finally:
+        for p in procs:
+            p.kill()
+        _finish(procs, QUICK_TIMEOUT_S)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Protocol
 
-from popdist import _control, _env, _hosts, _mpi
+from popdist import _control, _env, _hosts, _mpi, _reaper
 
 # PopRun's options for IPU fabrics: accepted so that command lines written for PopRun run, and without
 # effect here (no IPU partition is involved).
@@ -556,9 +556,10 @@ class _Supervisor:
         output: _Output,
         shown: int | None,
         job: _MpiJob | None = None,
+        reaper: _reaper.Reaper | None = None,
     ) -> None:
         self.launch, self.procs, self.link, self.output, self.shown = launch, procs, link, output, shown
-        self.job = job
+        self.job, self.reaper = job, reaper
         self.multihost = link is not None
         self.done_hosts: set[int] = set()
         self.host = launch.place.host_index
@@ -613,10 +614,19 @@ class _Supervisor:
     def run(self) -> _Ending:
         """Poll until every instance of the launch has succeeded or something failed."""
         reported = False
+        last_forget = time.monotonic()
         while True:
             if self.job is not None:
                 self.job.check()
             codes = [p.poll() for p in self.procs]
+            if self.reaper is not None:
+                # An MPI rank's instance is known once its rank process reports it.
+                for p in self.procs:
+                    if p.pid is not None:
+                        self.reaper.watch(p.pid)
+                if time.monotonic() - last_forget > 1.0:
+                    self.reaper.forget_empty()
+                    last_forget = time.monotonic()
             failed = next(((i, c) for i, c in enumerate(codes) if c is not None and c != 0), None)
             if failed is not None:
                 if self.job is not None:
@@ -749,7 +759,11 @@ def _parse(
 
 
 def _start_directly(
-    program: list[str], envs: dict[int, dict[str, str]], output: _Output, procs: list[_Instance]
+    program: list[str],
+    envs: dict[int, dict[str, str]],
+    output: _Output,
+    procs: list[_Instance],
+    reaper: _reaper.Reaper | None = None,
 ) -> tuple[int, OSError] | None:
     """Start each instance as poprun's own subprocess, into `procs`; the instance that cannot start, if any."""
     arm = _die_with_parent()
@@ -766,6 +780,8 @@ def _start_directly(
         except OSError as e:
             return index, e
         procs.append(proc)
+        if reaper is not None:
+            reaper.watch(proc.pid)
         assert proc.stdout is not None and proc.stderr is not None
         output.follow(index, "stdout", proc.stdout, sys.stdout)
         output.follow(index, "stderr", proc.stderr, sys.stderr)
@@ -824,6 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     procs: list[_Instance] = []
     link: _control.Link | None = None
     job: _MpiJob | None = None
+    reaper: _reaper.Reaper | None = None
     try:
         try:
             link, jax_address = _connect(launch, timeout, output)
@@ -844,9 +861,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if k in env
                 )
                 output.say(f"instance {index}: {shown} {' '.join(program)}")
+        # Stops the instances' own children should poprun be killed (Linux's parent-death signal reaches the
+        # instances only).
+        reaper = _reaper.Reaper.start()
         if mpi.mpirun is None:
             output.say(f"starting the instances without MPI ({mpi.reason}): they are not MPI ranks")
-            failed = _start_directly(program, envs, output, procs)
+            failed = _start_directly(program, envs, output, procs, reaper)
         else:
             try:
                 job = _start_through_mpirun(args, mpi.mpirun, program, envs, output)
@@ -854,6 +874,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 output.say(f"cannot start mpirun: {e}")
                 return 127
             procs.extend(job.ranks)
+            if reaper is not None:
+                reaper.watch(job.mpirun.pid)
             failed = None
         if failed is not None:
             index, error = failed
@@ -863,7 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report = {"what": f"instance {index} on host {place.host_index} could not start", "code": 127}
                 link.broadcast({"stop" if place.host_index == 0 else "failed": report})
             return 127
-        ending = _Supervisor(launch, procs, link, output, args.only_output_from_instance, job).run()
+        ending = _Supervisor(launch, procs, link, output, args.only_output_from_instance, job, reaper).run()
         if ending.line is not None:
             output.say(ending.line)
         elif ending.code == 0:
@@ -886,6 +908,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             job.close()
         if link is not None:
             link.close()
+        if reaper is not None:
+            reaper.close()
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
 
