@@ -70,7 +70,10 @@ class Footprint:
                 self.aliased[memory] += size
         self.temp = {"device": int(self.stats.temp_size_in_bytes), "host": int(self.stats.host_temp_size_in_bytes)}
         # What library fusions allocate outside XLA's buffers: a fusion runs on the device that runs the step.
-        self.library = library_peak(compiled.as_text())
+        # Only XLA:CPU makes them (a GPU's custom fusions are kernels whose values XLA's buffers hold).
+        leaves = jax.tree.leaves(arguments)
+        on_cpu = not leaves or any(d.platform == "cpu" for d in leaves[0].sharding.device_set)
+        self.library = library_peak(compiled.as_text()) if on_cpu else LibraryPeak()
         self.temp["device"] += self.library.nbytes
 
     def allocations(self) -> dict[str, int]:
