@@ -312,9 +312,10 @@ def test_poprun_needs_a_secret_over_several_hosts() -> None:
     assert made.returncode == 0 and len(made.stdout.strip()) == 64, made
 
 
-def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path) -> None:
-    # Host 1's poprun is stopped (SIGSTOP: connected, but silent) while host 1's instance runs; host 0's
-    # instance has finished. Host 0's poprun must not wait for it for ever.
+@pytest.mark.parametrize("silent", [1, 0])
+def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) -> None:
+    # One host's poprun is stopped (SIGSTOP: connected, but silent) while its instance runs; the other host's
+    # instance has finished. The other host's poprun must not wait for it for ever.
     prog = _program(
         tmp_path,
         "wait.py",
@@ -324,7 +325,7 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path) -> None:
         from pathlib import Path
         index = popdist.getInstanceIndex()
         Path({str(tmp_path)!r}, f"pid{{index}}").write_text(str(os.getpid()))
-        if index == 1:
+        if index == {silent}:
             time.sleep({QUICK_TIMEOUT_S * 2})
         """,
     )
@@ -332,21 +333,24 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path) -> None:
     env = _clean_env(**{_control.SECRET_VARIABLE: SECRET})
     rest = ["--num-instances", "2", "--init-timeout", "60", sys.executable, str(prog)]
     procs = _launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
+    other = 1 - silent
     try:
         _wait_for(lambda: all((tmp_path / f"pid{i}").exists() for i in range(2)), "the instances to start")
-        procs[1].send_signal(signal.SIGSTOP)
+        procs[silent].send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        code, out, err = _finish(procs[:1], QUICK_TIMEOUT_S)[0]
+        code, out, err = _finish([procs[other]], QUICK_TIMEOUT_S)[0]
         took = time.monotonic() - stopped
     finally:
-        procs[1].kill()  # stopped: it would never finish on its own
+        procs[silent].kill()  # stopped: it would never finish on its own
         _finish(procs, QUICK_TIMEOUT_S)
     assert code == launcher.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == (
-        f"poprun: lost contact with host 1's poprun after {_control.SILENCE_S:g} s of silence; "
+        f"poprun: lost contact with host {silent}'s poprun after {_control.SILENCE_S:g} s of silence; "
         "stopped the other instances"
     )
     assert took < 30, took
+    silent_instance = int((tmp_path / f"pid{silent}").read_text())
+    _wait_for(lambda: _gone(silent_instance), "the silent host's instance to end with its poprun", 30)
 
 
 @pytest.mark.parametrize("hosts", [1, 2])
