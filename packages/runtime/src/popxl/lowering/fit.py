@@ -78,7 +78,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def _cgroup_available() -> int | None:
-    """Bytes the process's memory cgroups still allow (v2, else v1; the tightest level), or None where none
+    """Bytes the process's memory cgroups (v2 and v1) still allow at their tightest level, or None where none
     limits."""
     try:
         lines = (PROC / "self" / "cgroup").read_text().splitlines()
@@ -86,15 +86,15 @@ def _cgroup_available() -> int | None:
         return None
     root = CGROUP_ROOT
     found: list[int] = []
-    versions: dict[str, list[tuple[tuple[str, str], Path, str]]] = {"v2": [], "v1": []}
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":  # v2: the unified hierarchy (in a hybrid layout, mounted at unified/)
             base = root / "unified" if (root / "unified" / "cgroup.controllers").exists() else root
-            versions["v2"].append((("memory.max", "memory.current"), base, path))
+            names = ("memory.max", "memory.current")
         elif "memory" in controllers.split(","):
-            versions["v1"].append((("memory.limit_in_bytes", "memory.usage_in_bytes"), root / "memory", path))
-    for names, base, path in versions["v2"] + versions["v1"]:
+            base, names = root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
         for folder in _levels(base, Path(path.lstrip("/"))):
             limit, usage = _read_int(folder / names[0]), _read_int(folder / names[1])
             if limit is not None and usage is not None and limit < 1 << 60:
@@ -146,14 +146,8 @@ def _rlimit_available(limit: int, field: str) -> int | None:
 
 
 def local_instances() -> int:
-    """How many instances of a `poprun` launch share this host (1 outside a launch), from popdist's variables.
-
-    POPDIST_NUM_LOCAL_INSTANCES where the launcher sets it. Else the most instances per host that
-    POPDIST_NUM_INSTANCES, POPDIST_INSTANCE_INDEX and POPDIST_LOCAL_INSTANCE_INDEX allow: a host runs
-    instances `first`..`first + n - 1` with `first` = index - local index a multiple of n, and n divides the
-    instance count. One host takes them all; a later host's count is found exactly; the first host of several
-    may be taken to hold more than it does (sharing less memory with each: never too much).
-    """
+    """How many instances of a `poprun` launch share this host (1 outside a launch), from popdist's variables
+    (see docs/runtime.md: the first host of several may count more than it holds, never fewer)."""
 
     def read(name: str, default: int) -> int:
         text = os.environ.get(name, "").strip()
@@ -172,9 +166,9 @@ def local_instances() -> int:
 
 
 def host_limits() -> dict[str, int]:
-    """Each limit on the host memory this process can still allocate, by what sets it, in bytes: the OS's
-    `MemAvailable` and the cgroups' room (this host's share: divided between a launch's instances on it), and
-    the room `RLIMIT_AS` and `RLIMIT_DATA` leave. Limits that are unset or unreadable are left out."""
+    """The room each limit on host memory leaves this process, in bytes, by what sets it (those set and
+    readable): `MemAvailable` and the cgroups' room, shared by a launch's instances on this host, and what
+    `RLIMIT_AS` and `RLIMIT_DATA` leave."""
     limits: dict[str, int] = {}
     try:
         meminfo = (PROC / "meminfo").read_text()

@@ -145,15 +145,8 @@ def hlo_array_bytes(shape: str) -> int | None:
 
 
 def library_peak(hlo: str) -> LibraryPeak:
-    """The largest of a compiled program's library fusions (`kind=kCustom`, run by YNNPACK, XNNPACK or oneDNN),
-    by the bytes its inner values hold at their peak.
-
-    Each value the library holds in memory counts from the instruction that makes it to the last that reads
-    it: what every op but an elementwise one makes, and an elementwise op of such a value (elementwise ops of
-    the fusion's inputs alone are computed within their reader). Views (bitcasts, reshapes, broadcasts,
-    slices) extend the value they view; inputs, constants and the result (XLA's own buffers) count nothing.
-    Fusions are taken to run one at a time.
-    """
+    """The largest of a compiled program's library fusions (`kind=kCustom`, run by YNNPACK, XNNPACK or
+    oneDNN) by the bytes its inner values hold at their peak, taking the fusions to run one at a time."""
     if "kind=kCustom" not in hlo or _LIBRARY_KIND.search(hlo) is None:
         return LibraryPeak()
     bodies: dict[str, list[str]] = {}
@@ -176,7 +169,13 @@ def library_peak(hlo: str) -> LibraryPeak:
 
 
 def _peak(fusion: str, lines: list[str]) -> LibraryPeak:
-    """The peak of one fusion's inner values (see `library_peak`)."""
+    """The peak of one fusion's inner values, in its instructions' order.
+
+    Each value the library holds in memory counts from the instruction that makes it to the last that reads
+    it: what every op but an elementwise one makes, and an elementwise op of such a value (elementwise ops of
+    the fusion's inputs alone are computed within their reader). Views (bitcasts, reshapes, broadcasts,
+    slices) extend the value they view; inputs, constants and results (XLA's own buffers) count nothing.
+    """
     owner: dict[str, str] = {}  # each value to the value whose bytes it uses (itself, or the one it views)
     made: list[tuple[str, int, str]] = []  # per instruction: the value it makes, its bytes, its op name
     last: dict[str, int] = {}
