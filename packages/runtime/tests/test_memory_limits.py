@@ -59,16 +59,17 @@ def fresh_reading() -> Iterator[None]:
 def test_what_a_library_fusion_allocates_is_counted() -> None:
     # Five 4096 x 4096 float32 matmul outputs (64 MiB each) added together and summed: XLA:CPU hands the whole
     # program to YNNPACK as one fusion, and its buffer assignment reports no temporaries at all, while the run
-    # allocates well over 100 MiB. The count from the fusion's values (two outputs and their sum alive at
-    # once, 192 MiB) covers what the run took.
+    # raises the process's peak resident memory by about 190 MiB. The count from the fusion's values (two
+    # outputs and their sum alive at once, 192 MiB) is what the run took, less what it allocates beside the
+    # program (the process's own slack: a few MiB).
     done = _worker("library", "4096", "4096", "measure", nbytes=6 * GiB)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     figures, grew = result["figures"], result["grew"]
     assert figures["temp"] < MiB  # XLA's own figure: nearly nothing
     assert figures["library_temp"] == 3 * 64 * MiB
-    assert grew > 64 * MiB, f"the run raised the peak by {grew} B only"
-    assert figures["device_bytes"] >= grew
+    assert grew > 2 * 64 * MiB, f"the run raised the peak by {grew} B only"
+    assert figures["device_bytes"] + 16 * MiB >= grew
 
 
 def test_a_program_whose_library_fusion_cannot_fit_is_refused_before_it_runs() -> None:
