@@ -285,3 +285,54 @@ def test_a_launchs_instances_on_one_host_share_its_memory(
         session.check_memory({x: np.ones((8192, 16), np.float32)})
     flat = _flat(str(caught.value))
     assert "has 1.50 GiB available (the cgroup's memory limit, a 1/4 share: this host runs 4 instances" in flat
+
+
+_INSTANCE = """
+import re, sys
+from pathlib import Path
+import numpy as np
+import popxl
+from popxl import ops
+
+available = int(re.search(r"MemAvailable:\\s+(\\d+) kB", Path("/proc/meminfo").read_text()).group(1)) * 1024
+rows = 65536
+cols = int(0.75 * available / 3 / rows / 4)  # a library fusion's three values: 3/4 of the host's memory
+ir = popxl.Ir()
+with ir.main_graph:
+    x = popxl.h2d_stream((rows, 16), popxl.float32, name="x")
+    xv = ops.host_load(x)
+    total = ops.matmul(xv, popxl.variable(np.ones((16, cols), np.float32), name="w0"))
+    for i in range(1, 5):
+        total = total + ops.matmul(xv, popxl.variable(np.ones((16, cols), np.float32), name=f"w{i}"))
+    y = popxl.d2h_stream((), popxl.float32, name="y")
+    ops.host_store(y, ops.sum(total))
+with popxl.Session(ir, "cpu") as session:
+    try:
+        session.check_memory({x: np.ones((rows, 16), np.float32)})  # checked only: never run
+    except popxl.OutOfMemoryError as e:
+        print("refused:", " ".join(str(e).split()), flush=True)
+    else:
+        print("fits", flush=True)
+"""
+
+
+@pytest.mark.skipif(fit.host_available() is None, reason="this machine's available memory cannot be read")
+def test_two_poprun_instances_on_this_host_each_check_against_half(tmp_path: Path) -> None:
+    # The probe, launched for real: each of two instances would fit 3/4 of the host's memory alone, and
+    # together they would take 1.5 times it. Each checks without running.
+    program = tmp_path / "instance.py"
+    program.write_text(_INSTANCE)
+    env = {k: v for k, v in os.environ.items() if k != fit.CHECK_VARIABLE and not k.startswith("POPDIST_")}
+    launch = [sys.executable, "-m", "popdist.launcher", "--num-instances", "2", "--num-replicas", "2"]
+    done = subprocess.run(
+        [*launch, sys.executable, str(program)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
+    lines = [line for line in done.stdout.splitlines() if "refused:" in line or "fits" in line]
+    assert len(lines) == 2, done.stdout
+    assert all("refused:" in line and "a 1/2 share: this host runs 2 instances of the launch" in line for line in lines)
