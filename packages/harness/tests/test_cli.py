@@ -86,6 +86,10 @@ def test_a_local_module_is_checked_from_its_folder(user_folder: Path) -> None:
         (["--jobs", "0"], "--jobs takes a number of worker processes >= 1"),
         (["mymodel:Block", "--input-shape", "2", "--kwargs", "{bad"], "--kwargs takes a JSON object"),
         (["--cases", "nope"], "--cases: unknown case(s) nope; built-in cases:"),
+        (["--input-shape", "2,4"], "--input-shape describe(s) a TARGET (MODULE:ATTR), and none was given"),
+        (["--grad", "--kwargs", '{"a": 1}'], "--kwargs, --grad describe(s) a TARGET"),
+        (["--steps", "1000000"], "case scale: a variant of 2000000 micro-batches (steps x rows) is more than the 1024"),
+        (["mymodel:Block", "--input-shape", "2", "--steps", "600", "--rows", "2"], "a variant of 1200 micro-batches"),
     ],
 )
 def test_bad_input_gets_one_clear_line(user_folder: Path, args: list[str], message: str) -> None:
@@ -144,3 +148,16 @@ def test_a_repeated_warning_is_shown_once_with_its_count() -> None:
         o.warnings = ["io_tile_exchange verifies nothing here", *o.warnings]
     lines = repeated_warnings(outcomes)
     assert lines[0] == f"warning ({len(outcomes)}x): io_tile_exchange verifies nothing here"
+
+
+def test_large_variants_are_announced(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from popxl_addons.harness import cli
+
+    monkeypatch.setattr(cli, "LARGE_MICRO_BATCHES", 3)
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    argv = ["--cases", "scale", "--steps", "4", "--rows", "1", "--io-modes", "compute", "--jobs", "1"]
+    code = cli.main([*argv, "--remote-memories", "host", "--no-measure"])
+    captured = capsys.readouterr()
+    output = " ".join((captured.out + captured.err).split())
+    assert code == 0
+    assert "10 variant(s) of more than 3 micro-batches (up to 4): each unrolled reference takes minutes" in output

@@ -38,6 +38,14 @@ from popxl_addons.harness.cli_shared import (
     subset,
 )
 from popxl_addons.harness.equivalence import Outcome, TensorReport, build_error, check
+from popxl_addons.harness.programs import micro_batches
+
+# The most micro-batches (steps x rows) one variant may have: its reference program calls the module once per
+# micro-batch, unrolled, and XLA compiles it whole, which takes minutes at a thousand (linear_grad: 7 minutes
+# on one core) and grows faster than the count.
+MAX_MICRO_BATCHES = 1024
+# Variants above this many micro-batches are announced: each takes a while to build and compile.
+LARGE_MICRO_BATCHES = 128
 
 DESCRIPTION = """\
 Check that batch-serialised modules compute what the plain modules compute.
@@ -92,7 +100,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--kwargs", type=constructor_kwargs, default={}, help="constructor arguments as a JSON object")
     p.add_argument("--grad", action="store_true", help="serialise forward and gradient together (with a target)")
-    p.add_argument("--steps", type=positive_ints("--steps"), help="step counts to check, e.g. 1,2,4")
+    p.add_argument(
+        "--steps",
+        type=positive_ints("--steps"),
+        help=f"step counts to check, e.g. 1,2,4 (steps x rows at most {MAX_MICRO_BATCHES}: the reference is unrolled)",
+    )
     p.add_argument("--rows", type=positive_ints("--rows"), help="row counts to check, e.g. 1,2")
     p.add_argument("--io-modes", type=subset("--io-modes", IO_MODES), help=f"subset of {','.join(IO_MODES)}")
     p.add_argument(
@@ -121,6 +133,14 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
             Case(name, lambda layout: build_module(factory, kwargs, args.target), args.input_shape, grad=args.grad)
         ]
     else:
+        given = [
+            f for f, v in (("--input-shape", args.input_shape), ("--kwargs", args.kwargs), ("--grad", args.grad)) if v
+        ]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} describe(s) a TARGET (MODULE:ATTR), and none was given: the built-in cases "
+                "have their own; name the module to check, e.g. mymodel:Block"
+            )
         known = {c.name for c in BUILTIN_CASES}
         unknown = [c for c in args.cases or () if c not in known]
         if unknown:
@@ -132,7 +152,17 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
     for key in ("steps", "rows", "io_modes", "remote_memories"):
         if getattr(args, key):
             changes[key] = getattr(args, key)
-    return [replace(c, **changes) for c in cases]
+    cases = [replace(c, **changes) for c in cases]
+    for case in cases:
+        largest = max((micro_batches(v) for v in case.variants()), default=0)
+        if largest > MAX_MICRO_BATCHES:
+            raise UsageError(
+                f"case {case.name}: a variant of {largest} micro-batches (steps x rows) is more than the "
+                f"{MAX_MICRO_BATCHES} the harness checks: its reference calls the module once per micro-batch, "
+                "unrolled, and building and compiling it takes minutes at a thousand and longer the more there "
+                "are; check fewer --steps or --rows (the serialised graph loops: its size does not grow with them)"
+            )
+    return cases
 
 
 def _check_in_worker(argv: Sequence[str], index: int, measure: bool) -> tuple[int, dict[str, Any]]:
@@ -309,6 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [v for c in cases for v in c.variants()]
     skipped = sum(v.skip_reason is not None for v in variants)
     say(console, f"{len(variants)} variants of {len(cases)} case(s) ({skipped} skipped), {args.jobs} worker(s)")
+    large = [v for v in variants if v.skip_reason is None and micro_batches(v) > LARGE_MICRO_BATCHES]
+    if large:
+        most = max(micro_batches(v) for v in large)
+        say(
+            console,
+            f"{len(large)} variant(s) of more than {LARGE_MICRO_BATCHES} micro-batches (up to {most}): each "
+            "unrolled reference takes minutes to build and compile; progress counts variants as they finish",
+        )
     outcomes = run_all(argv, variants, args.jobs, not args.no_measure, progress_console(), broken)
     from popxl_addons.harness import report
 
