@@ -44,6 +44,14 @@ def _nll_reference(i: np.ndarray) -> np.ndarray:
     return -np.log(np.maximum(picked, np.float32(1e-7)))
 
 
+def _sparse_reference(i: np.ndarray) -> np.ndarray:
+    out = X.copy()
+    for k, v in zip(i, [1.0, 2.0]):
+        if 0 <= k < 8:
+            out[k] += v
+    return out
+
+
 def _slice_reference(i: np.ndarray) -> np.ndarray:
     start = int(np.clip(i[0], 0, 6))
     return X[start : start + 2]
@@ -106,6 +114,12 @@ CASES: dict[str, tuple[tuple[int, ...], Build, Reference, str]] = {
         lambda x, m, i: ops.onehot(i, 4, popxl.constant(np.array([0.0, 1.0], np.float32))),
         _onehot_reference,
         r"onehot: index {i} is out of range \[0, 4\)",
+    ),
+    "sparse_accumulate_": (
+        (2,),
+        lambda x, m, i: ops.var_updates.sparse_accumulate_(x, popxl.constant(np.array([1.0, 2.0], np.float32)), i),
+        _sparse_reference,
+        r"sparse_accumulate_ along axis 0: index {i} is out of range \[0, 8\)",
     ),
     "nll_loss": (
         (2,),

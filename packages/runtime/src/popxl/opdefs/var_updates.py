@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from popxl.op import Attrs, OpDef, register
+from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
 from popxl.opdefs.common import axis_in, broadcast_shapes, modifies_first
+from popxl.opdefs.indexing import check_indices
 from popxl.tensor import TensorSpec
 
 if TYPE_CHECKING:
@@ -77,9 +78,17 @@ def _sparse_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, An
 def _lower_sparse(ctx: LoweringContext, attrs: Attrs, t: jax.Array, x: jax.Array, i: jax.Array, *f: jax.Array) -> Any:
     # Each slice X[..., k, ...] is added (scaled by f) to the slice of t at indices[k] along `axis`; repeats add up.
     axis = attrs["axis"]
+    size = t.shape[axis]
+    check_indices(ctx, i, 0, size, f"sparse_accumulate_ along axis {axis}")
     scale = f[0].astype(jnp.float32) if f else jnp.float32(1)
     update = (x.astype(jnp.float32) * scale).astype(t.dtype)
-    return [t.at[(slice(None),) * axis + (i,)].add(update)]
+    # Unchecked, a slice whose index is outside [0, size), negative ones too, adds to nothing.
+    i = jnp.where((i >= 0) & (i < size), i, size)
+    return [t.at[(slice(None),) * axis + (i,)].add(update, mode="drop")]
+
+
+def _checked(attrs: Attrs) -> frozenset[Resource]:
+    return frozenset({CHECK_RESULT})
 
 
 SPARSE_ACCUMULATE = register(
@@ -90,6 +99,7 @@ SPARSE_ACCUMULATE = register(
         normalise=_sparse_normalise,
         modifies=modifies_first,
         output_names=("sparse_accumulate_out",),
+        writes=_checked,
     )
 )
 

@@ -111,7 +111,8 @@ def sparse_accumulate_(
 ) -> Tensor:
     """Add each slice of `X` (times `f`) to the slice of `t` that `indices` names along `axis`, in place.
 
-    `X` holds the slices as a gather along `axis` would give them; repeated indices add up.
+    `X` holds the slices as a gather along `axis` would give them; repeated indices add up. An index outside
+    [0, size) makes a checked run raise `popxl.OutOfRangeError`; with `checks=False` its slice adds to nothing.
     `W` only guides tile layout on an IPU: it is recorded (`popxl.ipu_only`) and changes nothing here.
     """
     inputs = [t, X, indices] + ([_factor(f, t)] if f is not None else [])
