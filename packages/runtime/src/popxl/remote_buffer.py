@@ -23,9 +23,13 @@ MAX_BUFFER_BYTES = 2**50
 
 def _whole(value: Any, what: str) -> int:
     """`value` as an int, refusing what is not a whole number (2.5, "3", True)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value:
+    if isinstance(value, bool):
         raise ValueError(f"{what} must be a whole number, got {value!r}")
-    return int(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(float(value))
+    raise ValueError(f"{what} must be a whole number, got {value!r}")
 
 
 def _checked_shape(shape: Any) -> tuple[int, ...]:
