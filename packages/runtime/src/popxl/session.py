@@ -13,7 +13,7 @@ from popxl import dtypes
 from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering import fit
-from popxl.lowering.disk_tier import RemoteIOEvent, is_file_view
+from popxl.lowering.disk_tier import RemoteIOEvent
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -377,6 +377,10 @@ class Session:
             if self._holds_alone():
                 self._hand_over()
 
+    def _on_disk(self, value: Array) -> bool:
+        """Whether `value` is a view of a file of this Session's disk tier."""
+        return self._program.disk is not None and self._program.disk.holds(value)
+
     def _every_replica(self, var: Variable) -> Array:
         """Each replica's value of `var`, in replica order (popxl's "all_replicas" retrieval)."""
         if self.is_attached:
@@ -404,8 +408,8 @@ class Session:
                     out[t] = self._every_replica(t)
                 elif held is None:  # held on the devices alone: a new array, the caller's own
                     value = self._program.read_variables(self._state, [t])[t]
-                    out[t] = dtypes.host_view(value.copy() if is_file_view(value) else value)
-                elif is_file_view(held):  # a file the next run writes
+                    out[t] = dtypes.host_view(value.copy() if self._on_disk(value) else value)
+                elif self._on_disk(held):  # a view of a file the next run writes
                     out[t] = held.copy()
                 else:
                     out[t] = held if isinstance(held, np.memmap) else held.copy()

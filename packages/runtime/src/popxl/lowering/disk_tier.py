@@ -27,7 +27,6 @@ import collections
 import os
 import threading
 import time
-import weakref
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -235,9 +234,10 @@ class DiskTier:
                 read = self._start_read(key)
             read.future.result()
             self.bytes_read += file.stride
-            value = file.entry(key[1], read.staging)
-            # The staging buffer is used again once the caller lets the value go.
-            weakref.finalize(value, self._pool.give, read.staging)
+            # A copy: XLA may take the array's memory as the loaded value without copying it, and keep it after
+            # the array object is gone, so a staging buffer handed over could not be used again safely.
+            value = file.entry(key[1], read.staging).copy()
+            self._pool.give(read.staging)
         self._prefetch()
         return value
 
@@ -364,9 +364,7 @@ class DiskTier:
     def is_view(self, bid: int, index: int, value: Array) -> bool:
         """Whether `value` is `entry_view(bid, index)` (or a whole view of it): its data is already there."""
         file = self.files[bid]
-        base: Any = value
-        while base is not None and not isinstance(base, np.memmap):
-            base = getattr(base, "base", None)
+        base = _map_of(value)
         if base is None or base.filename is None or Path(base.filename) != file.path.resolve():
             return False
         same = base.offset == file.data_offset + index * file.stride and value.nbytes == file.nbytes
@@ -380,6 +378,12 @@ class DiskTier:
             file.mark_dirty()
             self._dirty.add(bid)
         file.reset(set(range(file.entries)) - {index})
+
+    def holds(self, value: Array) -> bool:
+        """Whether `value` is a view of one of this tier's files (which the next run may write)."""
+        base = _map_of(value)
+        paths = {file.path for file in self.files.values()}
+        return base is not None and base.filename is not None and Path(base.filename) in paths
 
     def commit(self) -> None:
         """Commit the files written by `write_entry(..., commit=False)`."""
@@ -445,9 +449,9 @@ def staging_bytes(asked: int | None) -> int:
     return parsed
 
 
-def is_file_view(value: Array) -> bool:
-    """Whether `value` is a view of a file (an `np.memmap` or a view of one)."""
+def _map_of(value: Array) -> np.memmap[Any, Any] | None:
+    """The `np.memmap` that `value` is, or is a view of; None for memory of the process's own."""
     base: Any = value
     while base is not None and not isinstance(base, np.memmap):
         base = getattr(base, "base", None)
-    return base is not None
+    return base
