@@ -88,21 +88,41 @@ def write_trace(lanes: dict[str, list[tuple[float, float]]], path: Path) -> Path
     return path
 
 
+def _busiest(lanes: dict[str, list[tuple[float, float]]], width: float) -> tuple[float, float]:
+    """The window of `width` seconds holding the most disk-tier events (where the overlap is to be seen)."""
+    starts = sorted(b for lane, spans in lanes.items() if lane != "compute" for b, _ in spans)
+    if not starts:
+        return 0.0, width
+    best, count, j = starts[0], 0, 0
+    for i, begin in enumerate(starts):
+        while starts[j] < begin - width:
+            j += 1
+        if i - j + 1 > count:
+            best, count = begin - width, i - j + 1
+    return max(best, 0.0), max(best, 0.0) + width
+
+
 def plot_timeline(lanes: dict[str, list[tuple[float, float]]], title: str, path: Path) -> Path:
-    """`lanes` drawn as bars on one time axis (PNG)."""
+    """`lanes` drawn as bars on one time axis (PNG): the whole step, and below it the busiest 2 % of it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(12, 3.2))
+    end = max((f for spans in lanes.values() for _, f in spans), default=1.0)
+    window = _busiest(lanes, max(end / 50, 1e-3))
+    fig, axes = plt.subplots(2, 1, figsize=(12, 5.6))
     colours = ["tab:green", "tab:blue", "tab:orange", "tab:cyan", "tab:red"]
-    for row, spans in enumerate(lanes.values()):
-        ax.broken_barh([(b, max(f - b, 1e-4)) for b, f in spans], (row - 0.4, 0.8), color=colours[row % 5])
-    ax.set_yticks(range(len(lanes)), list(lanes))
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds from the step's start")
-    ax.set_title(title)
+    for ax, (lo, hi) in zip(axes, [(0.0, end), window]):
+        for row, spans in enumerate(lanes.values()):
+            bars = [(b, max(f - b, (hi - lo) / 2000)) for b, f in spans if f >= lo and b <= hi]
+            ax.broken_barh(bars, (row - 0.4, 0.8), color=colours[row % 5])
+        ax.set_xlim(lo, hi)
+        ax.set_yticks(range(len(lanes)), list(lanes))
+        ax.invert_yaxis()
+    axes[0].set_title(title)
+    axes[1].set_title(f"the busiest {window[1] - window[0]:.2f} s of it, where loads, stores and the disk overlap")
+    axes[1].set_xlabel("seconds from the step's start")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
