@@ -10,7 +10,8 @@ class popart_exception(Exception):  # noqa: N818  (popart's name)
 
 
 class OutOfRangeError(IndexError, popart_exception):
-    """A remote buffer or host stream was indexed past its bound while running; nothing was changed."""
+    """A remote buffer, host stream or index op (gather, scatter, dynamic slice...) was given an index past its
+    bound while running with checks; nothing was changed."""
 
 
 class OutOfMemoryError(MemoryError, popart_exception):

@@ -332,9 +332,12 @@ class Session:
 
         `device_bytes` and `host_bytes` are what the program holds in device and
         in host memory while it runs: its arguments and outputs in that memory,
-        less the arguments it updates in place, plus XLA's temporaries there.
-        XLA's own figures follow: `temp`, `host_temp`, `argument`, `output`,
-        `alias` and `code`.
+        less the arguments it updates in place, plus XLA's temporaries there
+        (and the disk tier's staging, in host memory). XLA's own figures follow:
+        `temp`, `host_temp`, `argument`, `output`, `alias` and `code`, and
+        `library_temp`, the bound on what a library fusion allocates itself.
+        `disk_bytes` is the size of the remote buffers' files on disk, and
+        `disk_staging` the staging's part of `host_bytes`.
         """
         self._require_attached("memory_analysis")
         return self._program.memory(self._state, self._validated_inputs(dict(inputs or {})))
