@@ -271,6 +271,7 @@ def _worker(tmp_path: Path, entries: int, on_disk: bool, staging: int = 32 * 2**
     return result
 
 
+@pytest.mark.slow
 def test_resident_memory_is_bounded_by_the_staging_not_the_state(tmp_path: Path) -> None:
     """Two states, one four times the other (256 MiB and 1 GiB): on disk, the same peak resident memory within
     64 MiB (the staging is 32 MiB each way); in memory the larger one holds its 768 MiB more."""
@@ -280,6 +281,7 @@ def test_resident_memory_is_bounded_by_the_staging_not_the_state(tmp_path: Path)
     assert large_ram["rss"] - small_ram["rss"] > 512 * 2**20, (small_ram["rss"], large_ram["rss"])
 
 
+@pytest.mark.slow
 def test_reads_start_ahead_of_the_loads_and_writes_drain_behind(tmp_path: Path) -> None:
     """A run after the first follows its loads: each entry's read starts before the program asks for it."""
     events = [disk_tier.RemoteIOEvent(*e) for e in _worker(tmp_path, 16, True)["events"]]

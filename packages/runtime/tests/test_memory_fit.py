@@ -27,6 +27,7 @@ def _worker(mode: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(fit.host_available() is None, reason="this machine's available memory cannot be read")
 @pytest.mark.parametrize("mode", ["run", "attach"])
 def test_too_large_for_this_machine_ends_with_the_error(mode: str) -> None:

@@ -56,6 +56,7 @@ def fresh_reading() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------- library fusions
 
 
+@pytest.mark.slow
 def test_what_a_library_fusion_allocates_is_counted() -> None:
     # Five 4096 x 4096 float32 matmul outputs (64 MiB each) added together and summed: XLA:CPU hands the whole
     # program to YNNPACK as one fusion, and its buffer assignment reports no temporaries at all, while the run
@@ -72,6 +73,7 @@ def test_what_a_library_fusion_allocates_is_counted() -> None:
     assert figures["device_bytes"] + 16 * MiB >= grew
 
 
+@pytest.mark.slow
 def test_a_program_whose_library_fusion_cannot_fit_is_refused_before_it_runs() -> None:
     # The probe: five 65536 x 32768 float32 activations (8 GiB each) combined at the end. XLA's figures say
     # 14 MiB; the run takes 24 GiB. Under a 4 GB address-space limit a run let through fails to allocate.
@@ -145,6 +147,7 @@ def test_a_library_fusions_peak_follows_its_values_lives() -> None:
 # ---------------------------------------------------------------------------------------------- process limits
 
 
+@pytest.mark.slow
 def test_an_address_space_limit_refuses_what_it_would_fail() -> None:
     # The probe: a 4 GB remote buffer under `ulimit -v` 2.8 GiB passed the check, then numpy raised MemoryError.
     done = _worker("attach", str(4 * 10**9), nbytes=int(2.8 * GiB))
@@ -153,12 +156,14 @@ def test_an_address_space_limit_refuses_what_it_would_fail() -> None:
     assert "but this process has" in flat and "(RLIMIT_AS (ulimit -v) less the address space in use)" in flat
 
 
+@pytest.mark.slow
 def test_an_address_space_limit_refuses_a_run_too() -> None:
     done = _worker("run", str(4 * 10**9), nbytes=int(2.8 * GiB))
     assert done.returncode == 3, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert "RLIMIT_AS" in done.stdout and "matmul_out" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_data_limit_refuses_what_it_would_fail() -> None:
     done = _worker("attach", str(2 * 10**9), limit=resource.RLIMIT_DATA, nbytes=int(1.5 * GiB))
     assert done.returncode == 3, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
@@ -316,6 +321,7 @@ with popxl.Session(ir, "cpu") as session:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(fit.host_available() is None, reason="this machine's available memory cannot be read")
 def test_two_poprun_instances_on_this_host_each_check_against_half(tmp_path: Path) -> None:
     # The probe, launched for real: each of two instances would fit 3/4 of the host's memory alone, and

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -14,6 +16,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_two_processes_run_four_replicas() -> None:
     worker = Path(__file__).with_name("multiprocess_worker.py")
     port = _free_port()

@@ -103,6 +103,7 @@ def test_popdist_reads_the_launch_environment(monkeypatch: pytest.MonkeyPatch) -
         popdist.getNumLocalReplicas()
 
 
+@pytest.mark.slow
 def test_poprun_runs_a_popxl_program_over_two_instances(tmp_path: Path) -> None:
     # Each instance feeds its own two of the four replicas; collectives and a grouped variable span both.
     prog = _program(
@@ -254,6 +255,7 @@ def test_ctrl_c_stops_every_instance(tmp_path: Path) -> None:
         assert _gone(int((tmp_path / f"pid{i}").read_text()))
 
 
+@pytest.mark.slow
 def test_unreachable_coordinator_times_out(tmp_path: Path) -> None:
     env = _clean_env()
     env.update(

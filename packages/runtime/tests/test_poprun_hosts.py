@@ -213,6 +213,7 @@ def test_two_hosts_share_out_global_instances(tmp_path: Path) -> None:
     assert len(coordinators) == 1  # host 0's choice reaches every instance
 
 
+@pytest.mark.slow
 def test_two_hosts_under_slurm_run_one_program() -> None:
     # As `srun --ntasks-per-node=1 poprun ...` would on two nodes: SLURM's variables give each poprun its place.
     worker = Path(__file__).with_name("multihost_worker.py")
@@ -266,6 +267,7 @@ def test_a_failing_instance_on_one_host_stops_every_host(tmp_path: Path) -> None
         assert _gone(int((tmp_path / f"pid{i}").read_text()))
 
 
+@pytest.mark.slow
 def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
     prog = _program(
         tmp_path,
@@ -299,6 +301,7 @@ def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_unreachable_or_missing_hosts_time_out() -> None:
     address = f"127.0.0.1:{launcher._free_port()}"  # nobody listens there
     common = ["--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "2", "true"]

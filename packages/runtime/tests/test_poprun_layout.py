@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from popdist import _env
 
 import popxl
@@ -33,6 +34,7 @@ def test_one_local_replica_has_no_replica_axis() -> None:
     assert popxl.HostLayout(1, 4, 2).shape((3,)) == (2, 3)
 
 
+@pytest.mark.slow
 def test_two_instances_with_one_replica_each_feed_arrays_without_a_replica_axis() -> None:
     env = {k: v for k, v in os.environ.items() if k not in _env.ALL}
     result = subprocess.run(

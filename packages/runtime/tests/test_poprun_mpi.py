@@ -59,6 +59,7 @@ FAILING = """
 """
 
 
+@pytest.mark.slow
 @needs_mpirun
 @needs_mpi4py
 def test_instances_are_the_ranks_of_one_mpi_job(tmp_path: Path) -> None:
@@ -90,6 +91,7 @@ def test_instances_are_the_ranks_of_one_mpi_job(tmp_path: Path) -> None:
     assert "without MPI" not in result.stderr
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_through_mpirun_instances_find_programs_on_poprun_s_path(tmp_path: Path) -> None:
     # mpirun puts its own folder first on its ranks' PATH; an instance must still run the `python3` that
@@ -104,6 +106,7 @@ def test_through_mpirun_instances_find_programs_on_poprun_s_path(tmp_path: Path)
     assert found == [str(folder / "python3")] * 2, done.stdout
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_through_mpirun_a_failing_instance_stops_the_others(tmp_path: Path) -> None:
     # poprun, not mpirun, tags the lines (mpirun tags each piece), names the first failure and passes on its code.

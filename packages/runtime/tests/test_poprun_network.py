@@ -57,6 +57,7 @@ def _listeners(port: int) -> list[str]:
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
 
 
+@pytest.mark.slow
 def test_one_host_binds_jax_s_coordinator_to_loopback(tmp_path: Path) -> None:
     # Instance 0 runs JAX's coordinator (unauthenticated gRPC): it must not listen on every interface.
     prog = _program(
@@ -208,6 +209,7 @@ def _events(link: _control.Link, wait: float) -> list[_control.Event]:
     return got
 
 
+@pytest.mark.slow
 def test_a_link_takes_only_its_peer_s_signed_messages_once() -> None:
     # Host 0's end of an established link; the test plays host 1 (and an attacker on the same connection).
     ours, theirs = socket.socketpair()
@@ -260,6 +262,7 @@ def test_a_silent_peer_is_lost_and_closing_does_not_wait_for_it() -> None:
         theirs.close()
 
 
+@pytest.mark.slow
 def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
     port = launcher._free_port()
     launch = {"num_hosts": 2, "num_instances": 2, "num_replicas": 2, "ipus_per_replica": 1}
@@ -312,6 +315,7 @@ def test_poprun_needs_a_secret_over_several_hosts() -> None:
     assert made.returncode == 0 and len(made.stdout.strip()) == 64, made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("silent", [1, 0])
 def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) -> None:
     # One host's poprun is stopped (SIGSTOP: connected, but silent) while its instance runs; the other host's
@@ -353,6 +357,7 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) 
     _wait_for(lambda: _gone(silent_instance), "the silent host's instance to end with its poprun", 30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosts", [1, 2])
 def test_a_killed_poprun_leaves_no_instance_nor_its_children(tmp_path: Path, hosts: int) -> None:
     # Each instance starts a child of its own; poprun is then killed with SIGKILL (no chance to clean up).

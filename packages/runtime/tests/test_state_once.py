@@ -15,6 +15,7 @@ from popxl import ops
 WORKER = Path(__file__).with_name("state_once_worker.py")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory is read from /proc")
 def test_resident_memory_grows_by_the_state_once() -> None:
     done = subprocess.run([sys.executable, str(WORKER)], capture_output=True, text=True, timeout=300, check=False)
@@ -24,6 +25,7 @@ def test_resident_memory_grows_by_the_state_once() -> None:
     assert grown < state / 2, f"resident memory grew by {grown} B attaching and running a {state} B state"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory is read from /proc")
 def test_attaching_never_holds_the_state_twice() -> None:
     done = subprocess.run(
@@ -35,6 +37,7 @@ def test_attaching_never_holds_the_state_twice() -> None:
     assert risen < state / 2, f"the peak of resident memory rose by {risen} B attaching a {state} B state"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory is read from /proc")
 def test_a_memory_mapped_variable_is_never_read_whole(tmp_path: Path) -> None:
     done = subprocess.run(
