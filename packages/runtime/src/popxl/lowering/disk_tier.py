@@ -45,7 +45,10 @@ REMOTE_DIR_VARIABLE = "POPXL_REMOTE_DIR"
 # Bytes of staging for reads ahead, and again for writes behind (each), unless a Session says.
 STAGING_VARIABLE = "POPXL_REMOTE_STAGING"
 DEFAULT_STAGING = 512 * 2**20
-THREADS = 4
+# Threads reading ahead and threads writing behind: apart, so that a read the program waits for never queues
+# behind writes.
+READERS = 4
+WRITERS = 2
 # How far along the recorded loads reads may start, in loads.
 LOOKAHEAD = 64
 
@@ -106,6 +109,7 @@ class DiskTier:
         self.files: dict[int, RemoteFile] = {}
         self._pool = _Pool(2 * staging)
         self._executor: ThreadPoolExecutor | None = None
+        self._writers: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._reads: collections.OrderedDict[Key, _Read] = collections.OrderedDict()
         self._writes: dict[Key, tuple[Array, Future[None]]] = {}
@@ -157,16 +161,18 @@ class DiskTier:
                 self.files[b.remote_buffer_id] = file
             file.reset(keep.get(b.remote_buffer_id, set()))
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="popxl-disk")
+            self._executor = ThreadPoolExecutor(READERS, thread_name_prefix="popxl-disk-read")
+            self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="popxl-disk-write")
 
     def close(self) -> None:
         """Finish what is under way, make the files durable and stop the threads (the files stay)."""
         self._drain()
         for file in self.files.values():
             file.commit(durable=True)
-        if self._executor is not None:
-            self._executor.shutdown()
-            self._executor = None
+        for pool in (self._executor, self._writers):
+            if pool is not None:
+                pool.shutdown()
+        self._executor = self._writers = None
         self._reads.clear()
 
     def remove(self) -> None:
@@ -268,8 +274,8 @@ class DiskTier:
         flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         staging[: flat.size] = flat
         staging[flat.size :] = 0
-        assert self._executor is not None
-        future = self._executor.submit(self._timed, "write", key, file.write_from, key[1], staging)
+        assert self._writers is not None
+        future = self._writers.submit(self._timed, "write", key, file.write_from, key[1], staging)
         self._writes[key] = (staging, future)
         self._write_order.append(key)
         self.bytes_written += file.stride
