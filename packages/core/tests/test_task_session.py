@@ -378,3 +378,42 @@ def test_skip_memmap_leaves_memory_mapped_variables_and_read_only_maps_need_it(t
         ro.load_checkpoint(str(tmp_path / "ckpt"), skip_memmap=True)
         np.testing.assert_array_equal(ro.get_tensor_data(w), W + 11)
     assert task_session.CheckpointError is CheckpointError
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "one-at-a-time"])
+def test_a_checkpoint_of_state_on_disk_is_saved_and_loaded(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    """Remote variables whose buffer lives in files (the disk tier) go into a checkpoint and come back from it,
+    read whole or, where memory could not hold the state, one variable at a time after every file is checked."""
+    if streamed:
+        monkeypatch.setattr(task_session, "_memory_available", lambda: 0)
+    # Entries larger than zipfile's read buffer, so that only reading an array through checks its checksum.
+    big = np.arange(1 << 14, dtype=np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer(big.shape, popxl.float32, entries=3)
+        weights = [popxl.remote_variable(big + 10 * k, buffer, k, name=f"w{k}") for k in range(3)]
+        for k in range(3):
+            ops.remote_store(buffer, k, ops.remote_load(buffer, k) * 2.0)
+    state = NamedTensors.from_dict({f"w{k}": w for k, w in enumerate(weights)})
+    session = TaskSession([], [], state, 1, ir, "cpu", remote_dir=tmp_path / "tier")
+    with session:
+        session.run()
+        session.save_checkpoint(str(tmp_path / "ckpt"))
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(weights[1]), (big + 10) * 4)
+        session.load_checkpoint(str(tmp_path / "ckpt"))
+        for k, w in enumerate(weights):
+            np.testing.assert_array_equal(session.get_tensor_data(w), (big + 10 * k) * 2)
+        assert session.session_state["steps"] == 1
+        if streamed:  # a file whose data no longer matches its checksum is found before anything is written
+            damaged = tmp_path / "ckpt" / "model" / "w2.npz"
+            data = bytearray(damaged.read_bytes())
+            data[-4096] ^= 0xFF  # inside the array's data, near its end
+            damaged.write_bytes(bytes(data))
+            session.run()
+            with pytest.raises(CheckpointError, match=r"w2\.npz"):
+                session.load_checkpoint(str(tmp_path / "ckpt"))
+            for k, w in enumerate(weights):
+                np.testing.assert_array_equal(session.get_tensor_data(w), (big + 10 * k) * 4)

@@ -153,7 +153,8 @@ class TaskSession(popxl.Session):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         """Write the state, the dataloader's position and the session state to `checkpoint_dir`, whole or not at
         all, then delete the oldest checkpoint this session wrote once there are more than `max_checkpoints`."""
-        state = self.get_named_tensors_data().to_dict()
+        # Read one variable at a time as it is written: state on disk may be larger than memory.
+        tensors = self.state.to_dict()
         folder = Path(os.path.abspath(_local_dir(checkpoint_dir)))
         if folder.exists() or folder.is_symlink():
             _check_replaceable(folder)
@@ -167,7 +168,8 @@ class TaskSession(popxl.Session):
         partial.mkdir()
         try:
             (partial / "model").mkdir()
-            for name, value in state.items():
+            for name, tensor in tensors.items():
+                value = self.get_tensor_data(tensor)
                 if name in maps:
                     # The map's bytes, as the Session reads the value (the map itself, or a copy of it).
                     np.ascontiguousarray(value).tofile(partial / "model" / maps[name])
@@ -232,13 +234,23 @@ class TaskSession(popxl.Session):
                 f"Checkpoint file {str(dataloader)!r} is missing: it holds the position of the dataloader set on "
                 "this session"
             )
-        data = {var: _read_values(path, name, var) for var, (path, name) in sources.items()}
+        # Read whole before anything is written where memory holds it all; else (state on disk, larger than
+        # memory) every file is read through first, its checksums checked, and then loaded one at a time.
+        streamed = sum(_nbytes(v) for v in sources) > _memory_available() // 2
+        if streamed:
+            for path, name in sources.values():
+                _read_through(path, name)
+        data = {} if streamed else {var: _read_values(path, name, var) for var, (path, name) in sources.items()}
         if self._dataloader is not None:
             try:
                 self._dataloader.resume(filename=str(dataloader))
             except Exception as e:
                 raise CheckpointError(f"Checkpoint file {str(dataloader)!r}: the dataloader cannot resume: {e}") from e
-        self.write_variables_data(data)
+        if streamed:
+            for var, (path, name) in sources.items():
+                self.write_variables_data({var: _read_values(path, name, var)})
+        else:
+            self.write_variables_data(data)
         self.session_state = loaded
 
     def run(
@@ -331,6 +343,32 @@ def _read_values(path: Path, name: str | None, var: popxl.Variable) -> np.ndarra
             values: np.ndarray = archive[name]
         return values
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, io.UnsupportedOperation) as e:
+        raise CheckpointError(f"Checkpoint file {str(path)!r} cannot be read: {e}") from e
+
+
+def _nbytes(var: popxl.Variable) -> int:
+    shape, dtype = _expected(var)
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def _memory_available() -> int:
+    """The bytes of memory the OS says are free for new data."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
+
+
+def _read_through(path: Path, name: str | None) -> None:
+    """Read the array `name` of the .npz `path` to its end without keeping it, so that its checksum is checked
+    (a raw memory-mapped file has none, and its size was checked already)."""
+    if name is None:
+        return
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(f"{name}.npy") as f:
+            while f.read(16 * 2**20):
+                pass
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise CheckpointError(f"Checkpoint file {str(path)!r} cannot be read: {e}") from e
 
 
