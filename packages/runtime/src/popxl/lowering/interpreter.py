@@ -46,16 +46,16 @@ class CheckSites:
 class LoweringContext:
     """What an op's lowering may use: the world, this run's host inputs, the replicas and the checks.
 
-        `remote_memory` says where remote buffers' storage lives unless a buffer says
-        otherwise (`RemoteBuffer.memory`), and where host stream data waits: "host" or "device";
-        `options` are the Ir's session options (popxl's names), for lowerings they tune;
-        `host_effects` is False while a program is traced only for its checks, so that
-        lowerings with effects on the host (printing) leave them out; `host_outputs`
-        says whether what host_stores write waits in host memory; `copy_out_loads`, whether
-        a remote load inside a loop that also stores to its buffer is copied out where it
-        is loaded (`remote_memory.copied_out`); `disk`, the files of the remote buffers
-        on local disk (`DiskTier`), which loads and stores reach through host callbacks.
-        `looped` holds the resources the loops being traced write.
+    `remote_memory` says where remote buffers' storage lives unless a buffer says
+    otherwise (`RemoteBuffer.memory`), and where host stream data waits: "host" or "device";
+    `options` are the Ir's session options (popxl's names), for lowerings they tune;
+    `host_effects` is False while a program is traced only for its checks, so that
+    lowerings with effects on the host (printing) leave them out; `host_outputs`
+    says whether what host_stores write waits in host memory; `copy_out_loads`, whether
+    a remote load inside a loop that also stores to its buffer is copied out where it
+    is loaded (`remote_memory.copied_out`); `disk`, the files of the remote buffers
+    on local disk (`DiskTier`), which loads and stores reach through host callbacks.
+    `looped` holds the resources the loops being traced write.
     """
 
     def __init__(

@@ -238,17 +238,17 @@ class TaskSession(popxl.Session):
         # memory) every file is read through first, its checksums checked, and then loaded one at a time.
         streamed = sum(_nbytes(v) for v in sources) > _memory_available() // 2
         if streamed:
-            for path, name in sources.values():
-                _read_through(path, name)
-        data = {} if streamed else {var: _read_values(path, name, var) for var, (path, name) in sources.items()}
+            for path, member in sources.values():
+                _read_through(path, member)
+        data = {} if streamed else {var: _read_values(path, m, var) for var, (path, m) in sources.items()}
         if self._dataloader is not None:
             try:
                 self._dataloader.resume(filename=str(dataloader))
             except Exception as e:
                 raise CheckpointError(f"Checkpoint file {str(dataloader)!r}: the dataloader cannot resume: {e}") from e
         if streamed:
-            for var, (path, name) in sources.items():
-                self.write_variables_data({var: _read_values(path, name, var)})
+            for var, (path, member) in sources.items():
+                self.write_variables_data({var: _read_values(path, member, var)})
         else:
             self.write_variables_data(data)
         self.session_state = loaded
