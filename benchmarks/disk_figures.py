@@ -61,7 +61,7 @@ def timeline(events: Sequence[Sequence[Any]], start: float, end: float) -> dict[
     """A step's spans per lane, in seconds from its start: the disk tier's events, and the program's compute
     (the step's time outside its loads and stores)."""
     lanes: dict[str, list[tuple[float, float]]] = {lane: [] for lane in ("compute", *LANES.values())}
-    for kind, _, _, begin, finish in events:
+    for kind, _, _, begin, finish, *_ in events:
         lanes[LANES[kind]].append((begin - start, finish - start))
     waits = sorted(lanes[LANES["load"]] + lanes[LANES["store"]])
     cursor = 0.0
@@ -72,6 +72,14 @@ def timeline(events: Sequence[Sequence[Any]], start: float, end: float) -> dict[
     if end - start > cursor:
         lanes["compute"].append((cursor, end - start))
     return lanes
+
+
+def tier_bytes(events: Sequence[Sequence[Any]]) -> dict[str, int]:
+    """Bytes per kind of disk-tier event: what the program loaded and stored, what the disk read and wrote."""
+    totals = dict.fromkeys(LANES, 0)
+    for kind, _, _, _, _, nbytes in events:
+        totals[kind] += nbytes
+    return totals
 
 
 def write_trace(lanes: dict[str, list[tuple[float, float]]], path: Path) -> Path:

@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 from common import add_out_option, machine_matmul_rate, matmul_flops, save
-from disk_figures import disk_bandwidth, io_counters, plot_timeline, timeline, write_trace
+from disk_figures import disk_bandwidth, io_counters, plot_timeline, tier_bytes, timeline, write_trace
 
 SIZES: dict[str, tuple[int, int, int]] = {  # layers, width, heads
     "tiny": (2, 64, 2),
@@ -210,6 +210,7 @@ def phased_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
         "os_bytes_per_step": moved,
     }
     if on_disk and len(span) == 2:
+        figures["tier_bytes_last_step"] = tier_bytes([list(e) for e in events])
         lanes = timeline([list(e) for e in events], span[0], span[1])
         name = f"gpt_scale_timeline_{spec.size}_{spec.dtype}"
         write_trace(lanes, Path(spec.remote_dir).parent / f"{name}.json")
@@ -383,18 +384,20 @@ def _table(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _disk_table(runs: list[dict[str, Any]], machine: dict[str, Any]) -> list[str]:
-    """The disk tier's figures per trained phased run: bytes the OS moved per step, the disk's bandwidth
-    reached, and matmul FLOP/s against this machine's peak (both measured in this run)."""
+    """The disk tier's figures per trained phased run: what the program loaded from disk and what the OS read
+    and wrote per step, the disk's bandwidth reached, and matmul FLOP/s against this machine's peak (both
+    measured in this run)."""
     disk = machine.get("disk") or {}
     header = (
-        f"{'size':7s} {'dtype':8s} {'program':7s} {'step':>8s} {'read/step':>10s} {'written':>10s} "
-        f"{'read GB/s':>9s} {'write GB/s':>10s} {'disk busy':>9s} {'GFLOP/s':>8s} {'of peak':>7s}"
+        f"{'size':7s} {'dtype':8s} {'program':7s} {'step':>8s} {'loaded':>10s} {'OS read':>10s} {'of loaded':>9s} "
+        f"{'written':>10s} {'read GB/s':>9s} {'write GB/s':>10s} {'disk busy':>9s} {'GFLOP/s':>8s} {'of peak':>7s}"
     )
     lines = [header]
     for r in runs:
         if r["outcome"] != "trained" or r["program"] == "jax":
             continue
         moved, step = r["os_bytes_per_step"], r["step_s"]
+        loaded = r.get("tier_bytes_last_step", {}).get("load", 0)
         busy = (
             (moved["read_bytes"] / disk["read_bytes_per_s"] + moved["write_bytes"] / disk["write_bytes_per_s"]) / step
             if disk
@@ -402,10 +405,12 @@ def _disk_table(runs: list[dict[str, Any]], machine: dict[str, Any]) -> list[str
         )
         rate = r["flops_per_step"] / step
         peak = machine["matmul_flops_per_s"].get(r["dtype"], float("nan"))
+        share = f"{moved['read_bytes'] / loaded:9.0%}" if loaded else f"{'-':>9s}"
         lines.append(
-            f"{r['size']:7s} {r['dtype']:8s} {r['program']:7s} {step:8.2f} {_bytes(moved['read_bytes']):>10s} "
-            f"{_bytes(moved['write_bytes']):>10s} {moved['read_bytes'] / step / 1e9:9.2f} "
-            f"{moved['write_bytes'] / step / 1e9:10.2f} {busy:9.0%} {rate / 1e9:8.1f} {rate / peak:7.1%}"
+            f"{r['size']:7s} {r['dtype']:8s} {r['program']:7s} {step:8.2f} {_bytes(loaded):>10s} "
+            f"{_bytes(moved['read_bytes']):>10s} {share} {_bytes(moved['write_bytes']):>10s} "
+            f"{moved['read_bytes'] / step / 1e9:9.2f} {moved['write_bytes'] / step / 1e9:10.2f} {busy:9.0%} "
+            f"{rate / 1e9:8.1f} {rate / peak:7.1%}"
         )
     return lines
 

@@ -54,14 +54,16 @@ LOOKAHEAD = 64
 
 
 class RemoteIOEvent(NamedTuple):
-    """One timed piece of disk-tier work: `kind` is "read" or "write" (a worker moving an entry), or "load" or
-    "store" (the program asking for one); times are `time.perf_counter()` seconds."""
+    """One timed piece of disk-tier work: `kind` is "read" or "write" (a worker moving an entry between the disk
+    and staging), or "load" or "store" (the program asking for one); times are `time.perf_counter()` seconds,
+    `nbytes` the entry's bytes (as the file holds them, for reads and writes)."""
 
     kind: str
     buffer: int
     entry: int
     start: float
     end: float
+    nbytes: int
 
 
 class _Read:
@@ -222,7 +224,9 @@ class DiskTier:
         start = time.perf_counter()
         value = self._load(bid, index)
         if self.events is not None:
-            self.events.append(RemoteIOEvent("load", bid, int(index), start, time.perf_counter()))
+            self.events.append(
+                RemoteIOEvent("load", bid, int(index), start, time.perf_counter(), self.files[bid].nbytes)
+            )
         return value
 
     def _load(self, bid: int, index: int) -> Array:
@@ -252,7 +256,9 @@ class DiskTier:
         start = time.perf_counter()
         self._store(bid, index, value)
         if self.events is not None:
-            self.events.append(RemoteIOEvent("store", bid, int(index), start, time.perf_counter()))
+            self.events.append(
+                RemoteIOEvent("store", bid, int(index), start, time.perf_counter(), self.files[bid].nbytes)
+            )
 
     def _store(self, bid: int, index: int, value: Array) -> None:
         self._raise_errors()
@@ -354,7 +360,7 @@ class DiskTier:
             return
         start = time.perf_counter()
         action(index, staging)
-        self.events.append(RemoteIOEvent(kind, key[0], key[1], start, time.perf_counter()))
+        self.events.append(RemoteIOEvent(kind, key[0], key[1], start, time.perf_counter(), self.files[key[0]].stride))
 
     # -- whole entries, for the Session (variables) ----------------------------------------------------------
 
