@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,35 @@ def user_folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def harness_here(
+    user_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Callable[..., tuple[int, str, str]]]:
+    """The command line in this process, from the user's folder: its exit code, standard output and error.
+
+    As `_harness` runs it but without starting Python and JAX again for each: what it prints and returns are
+    the same; `test_a_local_module_is_checked_from_its_folder` runs it as a process."""
+    monkeypatch.chdir(user_folder)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # main sets it where unset
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main puts the working folder first
+    sys.modules.pop("mymodel", None)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        from popxl_addons.harness.cli import main
+
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's errors
+            code = e.code if isinstance(e.code, int) else 1
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    yield run
+    sys.modules.pop("mymodel", None)
+
+
 def test_a_local_module_is_checked_from_its_folder(user_folder: Path) -> None:
     result = _harness(
         user_folder, "mymodel:Block", "--input-shape", "2,4", "--steps", "1,2", "--rows", "1", "--jobs", "1",
@@ -92,29 +122,33 @@ def test_a_local_module_is_checked_from_its_folder(user_folder: Path) -> None:
         (["mymodel:Block", "--input-shape", "2", "--steps", "600", "--rows", "2"], "a variant of 1200 micro-batches"),
     ],
 )
-def test_bad_input_gets_one_clear_line(user_folder: Path, args: list[str], message: str) -> None:
-    result = _harness(user_folder, *args)
-    output = result.stdout + result.stderr
-    assert result.returncode == 2, output
+def test_bad_input_gets_one_clear_line(
+    harness_here: Callable[..., tuple[int, str, str]], args: list[str], message: str
+) -> None:
+    code, stdout, stderr = harness_here(*args)
+    output = stdout + stderr
+    assert code == 2, output
     # The message is wrapped to 80 columns: compare it with the line breaks undone.
     assert message in " ".join(output.split())
     assert "Traceback" not in output
     assert len([line for line in output.splitlines() if "error" in line]) == 1
 
 
-def test_a_module_that_cannot_be_built_is_an_error_not_a_mismatch(user_folder: Path) -> None:
-    result = _harness(user_folder, "mymodel:Block", "--input-shape", "3,4", "--kwargs", '{"width": 2}',
-                      "--steps", "2", "--rows", "1", "--jobs", "1", "--json", "r.json",
-                      "--remote-memories", "host")  # fmt: skip
-    assert result.returncode == 1
+def test_a_module_that_cannot_be_built_is_an_error_not_a_mismatch(
+    user_folder: Path, harness_here: Callable[..., tuple[int, str, str]]
+) -> None:
+    code, stdout, _ = harness_here("mymodel:Block", "--input-shape", "3,4", "--kwargs", '{"width": 2}',
+                                   "--steps", "2", "--rows", "1", "--jobs", "1", "--json", "r.json",
+                                   "--remote-memories", "host")  # fmt: skip
+    assert code == 1
     records = json.loads((user_folder / "r.json").read_text())["variants"]
     assert {r["verdict"] for r in records} == {"ERROR"}
     assert all("Traceback" in r["error"] and "unexpected keyword argument 'width'" in r["summary"] for r in records)
-    assert "Traceback" not in result.stdout
-    assert "could not be built or run (tracebacks in r.json)" in result.stdout
+    assert "Traceback" not in stdout
+    assert "could not be built or run (tracebacks in r.json)" in stdout
     # Tried once and said once, not once per variant.
-    assert result.stdout.count("unexpected keyword argument 'width'") == 1, result.stdout
-    assert "case Block: the module cannot be built (3 variant(s) not run)" in result.stdout
+    assert stdout.count("unexpected keyword argument 'width'") == 1, stdout
+    assert "case Block: the module cannot be built (3 variant(s) not run)" in stdout
 
 
 def test_verdicts_distinguish_pass_fail_error_and_skip() -> None:

@@ -113,6 +113,7 @@ def test_bad_input_fits(log: Path, capsys: pytest.CaptureFixture[str], args: lis
     assert not _too_wide(output), output
 
 
+@pytest.mark.slow
 def test_a_check_fits_in_a_log(log: Path) -> None:
     """The real thing, through pipes: the results, the figures they had no room for, the skipped and progress."""
     args = ["--cases", "scale", "--steps", "1", "--rows", "1", "--io-modes", "io,io_overlapped",

@@ -51,6 +51,7 @@ def test_sizes_parse_with_units() -> None:
             parse_bytes(bad)
 
 
+@pytest.mark.slow
 def test_a_plan_is_printed_and_checked(user_folder: Path) -> None:
     args = ["plan", "mymodel:Block", "--input-shape", "4", "--global-batch", "8", "--steps", "2,4"]
     result = _harness(user_folder, *args, "--budget", "1GiB", "--check")
