@@ -294,3 +294,24 @@ def test_reads_start_ahead_of_the_loads_and_writes_drain_behind(tmp_path: Path) 
     writes = {e.entry: e for e in events if e.kind == "write"}
     behind = [k for k in stores if k in writes and writes[k].end > stores[k].end]
     assert len(behind) >= 8, "the program waited for its writes"
+
+
+def test_a_store_of_zeros_moves_nothing_and_loads_as_zeros(tmp_path: Path) -> None:
+    """An accumulator reset (all zero bytes) writes nothing: the entry reads as zeros; -0.0 is not zero bytes."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((4,), popxl.float32, entries=2)
+        popxl.remote_variable(np.ones(4, np.float32), buffer, 0, name="w")
+        x = popxl.h2d_stream((4,), popxl.float32, name="x")
+        y = popxl.d2h_stream((4,), popxl.float32, name="y")
+        ops.remote_store(buffer, 0, ops.host_load(x))
+        ops.host_store(y, ops.remote_load(buffer, 0))
+    session = popxl.Session(ir, "cpu", remote_dir=str(tmp_path))
+    with session:
+        events = session.record_remote_io()
+        zeros = session.run({x: np.zeros(4, np.float32)})[y]
+        assert not [e for e in events if e.kind == "write"]
+        negative = session.run({x: np.full(4, -0.0, np.float32)})[y]
+        assert [e.kind for e in events if e.kind == "write"] == ["write"]
+    np.testing.assert_array_equal(zeros, np.zeros(4, np.float32))
+    assert np.signbit(negative).all()

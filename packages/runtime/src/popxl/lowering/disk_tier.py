@@ -271,13 +271,16 @@ class DiskTier:
             stale.future.add_done_callback(lambda _: self._pool.give(staging))
         if key in self._writes:  # one write of an entry at a time, so that the last one lands last
             self._wait_write(key)
-        while self._write_order and self._writing_bytes() + file.stride > max(self.staging, file.stride):
-            self._wait_write(self._write_order[0])
+        flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         if bid not in self._dirty:
             file.mark_dirty()
             self._dirty.add(bid)
+        if not flat.any():  # all zero bytes (an accumulator reset): no IO, the entry reads as zeros
+            file.zero(key[1])
+            return
+        while self._write_order and self._writing_bytes() + file.stride > max(self.staging, file.stride):
+            self._wait_write(self._write_order[0])
         staging = self._pool.take(file.stride)
-        flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         staging[: flat.size] = flat
         staging[flat.size :] = 0
         assert self._writers is not None
@@ -389,7 +392,7 @@ class DiskTier:
         if file.written[index] and bid not in self._dirty:
             file.mark_dirty()
             self._dirty.add(bid)
-        file.reset(set(range(file.entries)) - {index})
+        file.zero(index)
 
     def holds(self, value: Array) -> bool:
         """Whether `value` is a view of one of this tier's files (which the next run may write)."""

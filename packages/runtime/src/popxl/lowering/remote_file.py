@@ -200,8 +200,13 @@ class RemoteFile:
         """Make every entry but those in `keep` read as zeros again (nothing is written to them)."""
         for i in range(self.entries):
             if i not in keep:
-                self.written[i] = False
-                self.checksums[i] = self._zero_sums
+                self.zero(i)
+
+    def zero(self, index: int) -> None:
+        """Make entry `index` read as zeros (nothing is written to it)."""
+        self._check_index(index)
+        self.written[index] = False
+        self.checksums[index] = self._zero_sums
 
     # -- entries ----------------------------------------------------------------------------------------
 
