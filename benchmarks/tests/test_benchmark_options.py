@@ -180,6 +180,7 @@ def test_batch_serialisation(tmp_path: Path) -> None:
     _picture(out, "batch_serialisation", stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", [0, 1], ids=["mlp", "transformer"])
 def test_planner(tmp_path: Path, run: int) -> None:
     out = tmp_path / "out"
@@ -200,7 +201,7 @@ def test_planner(tmp_path: Path, run: int) -> None:
         assert "planner" in b or "No plan fits" in b["planner_error"]
 
 
-@pytest.mark.parametrize("run", [0, 1], ids=["one_micro_batch_float16", "small"])
+@pytest.mark.parametrize("run", [pytest.param(0, marks=pytest.mark.slow), 1], ids=["one_micro_batch_float16", "small"])
 def test_gpt_phased(tmp_path: Path, run: int) -> None:
     out = tmp_path / "out"
     stdout = _run("gpt_phased", RUNS["gpt_phased"][run], out)
@@ -226,6 +227,7 @@ def test_gpt_phased(tmp_path: Path, run: int) -> None:
     assert "first loss" in stdout
 
 
+@pytest.mark.slow
 def test_gpt_scale(tmp_path: Path) -> None:
     out = tmp_path / "out"
     stdout = _run("gpt_scale", RUNS["gpt_scale"][0], out)

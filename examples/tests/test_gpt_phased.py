@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from jax.extend.core import jaxprs_in_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -68,6 +69,7 @@ def _step_size(layers: int) -> int:
     return _equations(traced.jaxpr.jaxpr)
 
 
+@pytest.mark.slow
 def test_phased_step_does_not_grow_with_the_layer_count() -> None:
     # The layers run as loops over one layer's phases, so XLA compiles the same program, in the same time,
     # for any number of layers. Unrolled, each layer added thousands of equations (9145 at 1 layer,

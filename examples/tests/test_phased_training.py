@@ -6,12 +6,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phased_training import Config, train
 
 
+@pytest.mark.slow
 def test_phased_loss_curve_matches_unphased_and_frees_device_memory() -> None:
     result = train(Config(training_steps=4, layers=2, steps=4), show_progress=False)
     phased, unphased = result["curves"]["phased"], result["curves"]["unphased"]
@@ -22,6 +24,7 @@ def test_phased_loss_curve_matches_unphased_and_frees_device_memory() -> None:
     assert memory["phased"]["host_bytes"] > memory["unphased"]["host_bytes"]
 
 
+@pytest.mark.slow
 def test_float16_training_is_finite_and_tracks_float32() -> None:
     # Matrices start at std 0.02, as GPT-style models do: the layer norms see rows of std ~0.03.
     config = Config(training_steps=4, layers=2, steps=4, init_std=0.02)
