@@ -76,27 +76,47 @@ def _install(session: nox.Session, package: str) -> None:
     session.install(*[arg for p in paths for arg in ("-e", p)])
 
 
-@nox.session
-@nox.parametrize("package", [*PACKAGES, "examples"])
-def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests, with remote buffers in host memory (the default) and again in device memory."""
+def _tests(session: nox.Session, package: str, marks: str) -> None:
+    """One package's tests selected by `marks`, with remote buffers in host memory (the default); then those also
+    marked `placement` (they depend on where remote buffers, remote variables and host stream data live) again
+    with them in device memory. The harness checks both placements in every variant already.
+
+    Every package has tests that are not slow, so collecting none of those fails (pytest's exit code 5) as
+    something broken; a package may have no slow tests, or no placement tests, and collecting none of those
+    passes. A collection error fails all the same (exit code 2)."""
     if package == "examples":
         _install(session, "harness")
         session.install(*TEST_DEPS, *EXAMPLE_DEPS)
         # The examples' and benchmarks' own tests: every documented option of each script runs at a small size.
-        session.run("pytest", "examples/tests", "benchmarks/tests", "-q", "-n", "2", *session.posargs)
-        return
-    _install(session, package)
-    session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])
-    if package == "runtime" and shutil.which("mpirun"):  # poprun's MPI tests: mpi4py over the host's Open MPI
-        session.install("mpi4py>=3.1")
-    if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
-        _torch(session)
-    session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs)
-    # The harness checks both placements in every variant already.
-    if package != "harness":
+        paths = ["examples/tests", "benchmarks/tests"]
+    else:
+        _install(session, package)
+        session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])
+        if package == "runtime" and shutil.which("mpirun"):  # poprun's MPI tests: mpi4py over the host's Open MPI
+            session.install("mpi4py>=3.1")
+        if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
+            _torch(session)
+        paths = [f"packages/{package}/tests"]
+    pytest = ["pytest", *paths, "-q", "-n", "2", *session.posargs]
+    session.run(*pytest, "-m", marks, success_codes=[0] if marks == "not slow" else [0, 5])
+    if package not in ("harness", "examples"):
         env = {"POPXL_REMOTE_MEMORY": "device"}
-        session.run("pytest", f"packages/{package}/tests", "-q", "-n", "2", *session.posargs, env=env)
+        session.run(*pytest, "-m", f"placement and ({marks})", env=env, success_codes=[0, 5])
+
+
+@nox.session
+@nox.parametrize("package", [*PACKAGES, "examples"])
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests, all but those marked slow (`nox -s tests_slow` runs those)."""
+    _tests(session, package, "not slow")
+
+
+@nox.session
+@nox.parametrize("package", [*PACKAGES, "examples"])
+def tests_slow(session: nox.Session, package: str) -> None:
+    """One package's slow tests: other processes started (poprun, memory limits), memory measured, timeouts waited
+    out, the harness's whole built-in matrix, the examples' training comparisons and the larger benchmark runs."""
+    _tests(session, package, "slow")
 
 
 @nox.session

@@ -22,6 +22,8 @@ from popxl_addons.core import (
     batch_serialise,
 )
 
+pytestmark = pytest.mark.placement
+
 SHAPE = (2, 3)
 
 

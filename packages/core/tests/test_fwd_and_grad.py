@@ -23,6 +23,8 @@ from popxl_addons.core import (
     batch_serialise_fwd_and_grad,
 )
 
+pytestmark = pytest.mark.placement
+
 rng = np.random.default_rng(11)
 
 

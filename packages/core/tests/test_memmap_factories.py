@@ -39,6 +39,7 @@ def test_init_writes_files_and_sessions_write_updates_back(tmp_path: pathlib.Pat
     assert not again.w.host_data.flags.writeable
 
 
+@pytest.mark.placement
 def test_remote_variables_from_files(tmp_path: pathlib.Path) -> None:
     ir = popxl.Ir()
     with ir.main_graph:
@@ -84,6 +85,7 @@ def test_a_file_of_another_shape_is_refused_and_left_as_it_is(tmp_path: pathlib.
     assert path.read_bytes() == before
 
 
+@pytest.mark.placement
 def test_remote_variables_from_files_with_the_disk_tier(tmp_path: pathlib.Path) -> None:
     """popxl-addons' memmap_dir with remote buffers on disk: each run's updates reach the maps at detach."""
     ir = popxl.Ir()

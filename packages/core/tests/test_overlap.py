@@ -12,6 +12,8 @@ import popxl
 from popxl import ops
 from popxl_addons.core import Module, batch_serial_buffer, batch_serialise
 
+pytestmark = pytest.mark.placement
+
 SHAPE = (4, 8)
 STEPS = 5
 

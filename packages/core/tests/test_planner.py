@@ -17,6 +17,8 @@ from popxl_addons.core.planning.model import estimate
 from popxl_addons.core.planning.plan import calibrate
 from popxl_addons.core.planning.programs import measure, micro_batch_spec, serialised_program, step_program
 
+pytestmark = pytest.mark.placement
+
 SPEC = popxl.TensorSpec((256, 16), popxl.float32)
 STEPS = (2, 4)
 
@@ -116,6 +118,7 @@ def _check_equivalence(plan: SerialisationPlan) -> None:
         np.testing.assert_allclose(got[k], np.mean([np.asarray(g[k]) for g in grads], 0), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_predicted_bytes_track_the_compiled_program() -> None:
     """At a steps between the calibrated ones: keep and host plans within 2% of the compiled figure (io_overlapped
     within 10%), and recomputation never under-predicted."""

@@ -15,6 +15,8 @@ from popxl.lowering import fit
 from popxl_addons.core import Module, plan_batch_serialisation
 from popxl_addons.core.planning import plan as planning
 
+pytestmark = pytest.mark.placement
+
 SPEC = popxl.TensorSpec((64, 16), popxl.float32)
 
 

@@ -11,12 +11,15 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import popxl
 from popxl import ops
 from popxl_addons.core import IO_MODES, Module, RemoteHandle, batch_serial_buffer, batch_serialise
+
+pytestmark = pytest.mark.placement
 
 EXAMPLES = int(os.environ.get("POPXL_HYPOTHESIS_EXAMPLES", "20"))
 OPS = ("tanh", "relu", "add_weight", "mul_weight", "matmul", "layer_norm", "scale")

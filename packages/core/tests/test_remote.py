@@ -40,6 +40,7 @@ class Bump(Module):
         ops.var_updates.accumulate_(b, x, 3.0)
 
 
+@pytest.mark.placement
 def test_layers_loaded_run_and_stored_back_one_entry_each() -> None:
     np.random.seed(0)
     data = np.arange(4, dtype=np.float32).reshape(1, 4)
@@ -66,6 +67,7 @@ def test_layers_loaded_run_and_stored_back_one_entry_each() -> None:
         np.testing.assert_allclose(after[layer.b], before[layer.b] + (3 * data if bumped else 0))
 
 
+@pytest.mark.placement
 def test_load_remote_and_store_remote_in_the_current_graph() -> None:
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence():
@@ -81,6 +83,7 @@ def test_load_remote_and_store_remote_in_the_current_graph() -> None:
         np.testing.assert_allclose(session.get_tensor_data(variables.b), np.full(2, 2.0))
 
 
+@pytest.mark.placement
 @pytest.mark.parametrize("mode", ["simulate", "devices"])
 def test_sharded_layer_gathered_updated_and_reduced_into_shards(mode: str) -> None:
     replicas = 4

@@ -20,6 +20,8 @@ from popxl_addons.core import (
 )
 from popxl_addons.core.transforms.batch_serialisation.policy import serialisable_activations
 
+pytestmark = pytest.mark.placement
+
 POLICIES: dict[str, dict[str, str]] = {
     "host": {},
     "keep": {"fc1/add_out": "keep", "gelu_out": "keep", "x": "keep"},

@@ -167,6 +167,7 @@ with s:
 """
 
 
+@pytest.mark.slow
 def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path: pathlib.Path) -> None:
     hows = ["writing", "replacing"]
     # Both at once: each child spends most of its time importing.
@@ -380,6 +381,7 @@ def test_skip_memmap_leaves_memory_mapped_variables_and_read_only_maps_need_it(t
     assert task_session.CheckpointError is CheckpointError
 
 
+@pytest.mark.placement
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "one-at-a-time"])
 def test_a_checkpoint_of_state_on_disk_is_saved_and_loaded(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, streamed: bool

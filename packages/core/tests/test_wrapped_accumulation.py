@@ -108,6 +108,7 @@ def test_gradients_accumulate_through_a_wrapping_module() -> None:
         assert session.get_tensor_data(variables.grad.mean_accum_counter) == steps
 
 
+@pytest.mark.placement
 @pytest.mark.parametrize("io_mode", IO_MODES)
 def test_batch_serialised_gradients_accumulate_through_a_wrapping_module(io_mode: str) -> None:
     steps = 3

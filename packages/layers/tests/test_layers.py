@@ -122,6 +122,7 @@ def test_layer_norm_needs_two_dimensions() -> None:
         LayerNorm().create_graph(popxl.TensorSpec((2, 3, 4), popxl.float32))
 
 
+@pytest.mark.placement
 def test_scale_doubles_and_serialises() -> None:
     steps = 3
     data = rng.normal(size=(steps, 2, 2)).astype(np.float32)

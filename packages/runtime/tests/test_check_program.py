@@ -8,6 +8,8 @@ import pytest
 import popxl
 from popxl import ops
 
+pytestmark = pytest.mark.placement
+
 W = np.asarray([1.0, 2.0], np.float32)
 
 

@@ -8,6 +8,8 @@ import pytest
 import popxl
 from popxl import OutOfRangeError, ops
 
+pytestmark = pytest.mark.placement
+
 
 def _program(fault: str) -> tuple[popxl.Ir, dict[str, object]]:
     """A program that bumps a variable and writes a buffer, then makes one out-of-range transfer."""

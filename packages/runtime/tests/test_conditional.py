@@ -16,6 +16,7 @@ Y = np.array([4.0, 5.0, 6.0], np.float32)
 SPEC = popxl.TensorSpec((3,), popxl.float32)
 
 
+@pytest.mark.placement
 def test_branch_taken_at_run_time_with_its_side_effects() -> None:
     ir = popxl.Ir()
     with ir.main_graph:

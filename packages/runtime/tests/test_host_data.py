@@ -120,6 +120,7 @@ def test_assignments_and_their_constant_stride_grouping() -> None:
             ir.replica_grouping_from_assignments(bad)
 
 
+@pytest.mark.placement
 def test_remote_variable_in_a_buffer_of_another_shape_of_the_same_size() -> None:
     ir = popxl.Ir(replication=2)
     data = np.array([[5.0], [7.0]], np.float32)

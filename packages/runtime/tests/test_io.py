@@ -8,6 +8,8 @@ import pytest
 import popxl
 from popxl import ops
 
+pytestmark = pytest.mark.placement
+
 
 def test_host_streams_several_transfers_in_a_loop() -> None:
     ir = popxl.Ir()

@@ -62,6 +62,7 @@ def test_whole_variable_is_the_one_read_and_written() -> None:
             s.write_variable_data(shard, np.ones(2, np.float32))
 
 
+@pytest.mark.placement
 def test_sharded_variable_needs_replicas_and_a_dividing_shard_over() -> None:
     with popxl.Ir(replication=1).main_graph, pytest.raises(ValueError, match="replication factor above 1"):
         popxl.replica_sharded_variable(np.ones(4, np.float32), name="w")
@@ -77,6 +78,7 @@ def test_sharded_variable_needs_replicas_and_a_dividing_shard_over() -> None:
             popxl.replica_sharded_variable(np.ones(6, np.float32), shard_over=3)
 
 
+@pytest.mark.placement
 def test_loaded_remote_variable_keeps_in_place_updates() -> None:
     ir = popxl.Ir(replication=2)
     data = np.arange(4, dtype=np.float32).reshape(2, 2)

@@ -17,6 +17,8 @@ import popxl
 from popxl import ops
 from popxl.lowering import fit
 
+pytestmark = pytest.mark.placement
+
 WORKER = Path(__file__).with_name("memory_worker.py")
 
 

@@ -14,6 +14,8 @@ import popxl
 from popxl import OutOfRangeError, ops
 from popxl.lowering.program import Program
 
+pytestmark = pytest.mark.placement
+
 ALLOWED_ON_HOST = {"dynamic_slice", "dynamic_update_slice", "device_put"}
 
 

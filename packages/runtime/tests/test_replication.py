@@ -255,6 +255,7 @@ def test_inexpressible_groupings_are_refused() -> None:
         popxl.Session(ir, "cpu")
 
 
+@pytest.mark.placement
 def test_remote_variable_round_trip() -> None:
     data = np.arange(3, dtype=np.float32)
     ir = popxl.Ir()
@@ -275,6 +276,7 @@ def test_remote_variable_round_trip() -> None:
         np.testing.assert_array_equal(s.run()[d], 7)
 
 
+@pytest.mark.placement
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("grouped", [False, True])
 def test_remote_replica_sharded_variable(mode: str, grouped: bool) -> None:

@@ -12,6 +12,8 @@ import pytest
 import popxl
 from popxl import ops
 
+pytestmark = pytest.mark.placement
+
 STEPS = 4
 SHAPE = (2, 2)
 

@@ -51,6 +51,7 @@ def test_a_memory_mapped_variable_is_never_read_whole(tmp_path: Path) -> None:
     assert after < size / 4, f"{after} B of memory not backed by a file remained after detaching a {size} B map"
 
 
+@pytest.mark.placement
 def test_a_failed_attach_gives_the_host_values_back(monkeypatch: pytest.MonkeyPatch) -> None:
     ir = popxl.Ir()
     with ir.main_graph:
