@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -315,3 +316,35 @@ def test_a_store_of_zeros_moves_nothing_and_loads_as_zeros(tmp_path: Path) -> No
         assert [e.kind for e in events if e.kind == "write"] == ["write"]
     np.testing.assert_array_equal(zeros, np.zeros(4, np.float32))
     assert np.signbit(negative).all()
+
+
+def test_loads_and_stores_from_several_threads_at_once(tmp_path: Path) -> None:
+    """XLA calls back for independent buffers on threads of its own: each thread loads what it stored last,
+    while reads run ahead along the runs' recorded loads of both."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffers = [popxl.remote_buffer((256,), popxl.float32, entries=8) for _ in range(2)]
+    tier = disk_tier.DiskTier(tmp_path, staging=8 * 4096, buffers=buffers)
+    tier.open({})
+    failures: list[str] = []
+
+    def walk(bid: int, run: int) -> None:
+        for i in range(8):
+            tier.store(bid, i, np.full(256, 1000 * run + 10 * i + bid, np.float32))
+            j = (i + 5) % 8  # an entry stored earlier in this run, or in the last
+            stored_run = run if j <= i else run - 1
+            want = 1000 * stored_run + 10 * j + bid if stored_run >= 0 else 0
+            got = tier.load(bid, j)
+            if not (got == want).all():
+                failures.append(f"buffer {bid} entry {j}, run {run}: {got[0]} for {want}")
+
+    for run in range(30):
+        tier.begin_run()
+        threads = [threading.Thread(target=walk, args=(b.remote_buffer_id, run)) for b in buffers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        tier.end_run()
+    tier.remove()
+    assert not failures, failures[:3]

@@ -10,6 +10,8 @@ a bounded set of staging buffers on a small thread pool:
   flight would exceed the write staging bound;
 - a load is served from a write still in flight (what was stored is what is
   loaded), from a read started earlier, or read there and then;
+- the program's loads and stores are taken one at a time, whichever of XLA's
+  threads calls them;
 - reads start ahead of their loads: a run's loads are recorded, and the next
   run, whose program is the same, reads ahead along that record, as far as
   the read staging bound allows. A first run guesses each buffer's next entry
@@ -24,6 +26,7 @@ disk.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 import time
@@ -113,6 +116,9 @@ class DiskTier:
         self._executor: ThreadPoolExecutor | None = None
         self._writers: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        # XLA runs callbacks of independent buffers on threads of its own, at once: one at a time here, so that
+        # a read started ahead never misses a store under way on another thread (it would read the old entry).
+        self._calls = threading.Lock()
         self._reads: collections.OrderedDict[Key, _Read] = collections.OrderedDict()
         self._writes: dict[Key, tuple[Array, Future[None]]] = {}
         self._write_order: collections.deque[Key] = collections.deque()
@@ -222,7 +228,8 @@ class DiskTier:
     def load(self, bid: int, index: int) -> Array:
         """Entry `index` of buffer `bid`, for the device: an array the caller may keep."""
         start = time.perf_counter()
-        value = self._load(bid, index)
+        with self._calls:
+            value = self._load(bid, index)
         if self.events is not None:
             self.events.append(
                 RemoteIOEvent("load", bid, int(index), start, time.perf_counter(), self.files[bid].nbytes)
@@ -254,7 +261,8 @@ class DiskTier:
     def store(self, bid: int, index: int, value: Array) -> None:
         """Replace entry `index` of buffer `bid` by `value` (written behind; returns once it is staged)."""
         start = time.perf_counter()
-        self._store(bid, index, value)
+        with self._calls:
+            self._store(bid, index, value)
         if self.events is not None:
             self.events.append(
                 RemoteIOEvent("store", bid, int(index), start, time.perf_counter(), self.files[bid].nbytes)
@@ -267,8 +275,7 @@ class DiskTier:
         with self._lock:
             stale = self._reads.pop(key, None)
         if stale is not None:  # read before this store: its data is given up once it has landed
-            staging = stale.staging
-            stale.future.add_done_callback(lambda _: self._pool.give(staging))
+            stale.future.add_done_callback(functools.partial(self._give_up, stale.staging))
         if key in self._writes:  # one write of an entry at a time, so that the last one lands last
             self._wait_write(key)
         flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
@@ -288,6 +295,9 @@ class DiskTier:
         self._writes[key] = (staging, future)
         self._write_order.append(key)
         self.bytes_written += file.stride
+
+    def _give_up(self, staging: Array, _: Future[None]) -> None:
+        self._pool.give(staging)
 
     def _writing_bytes(self) -> int:
         return sum(self.files[k[0]].stride for k in self._writes)
