@@ -329,10 +329,13 @@ Figures = dict[str, Any]
 
 
 def sweep(
-    specs: dict[str, list[Spec]], run: Callable[[Spec], Figures], tiers: tuple[str, ...] = ("phased",)
+    specs: dict[str, list[Spec]],
+    run: Callable[[Spec], Figures],
+    tiers: tuple[str, ...] = ("phased",),
+    jax: bool = True,
 ) -> tuple[list[Figures], dict[str, Any]]:
     """Run each dtype's sizes in order, each phased program of `tiers` (its state in memory, on disk) and then
-    JAX, until no tier trains a size.
+    JAX (unless not `jax`), until no tier trains a size.
 
     Returns every run's figures and, per dtype, the largest size trained phased and the first that was not.
     """
@@ -348,7 +351,8 @@ def sweep(
                 largest[dtype].update(stopped_at=spec.size, reason=results[-1].get("error", results[-1]["outcome"]))
                 break
             largest[dtype].update(trained=spec.size, parameters=trained[0]["parameters"])
-            runs.append(run(Spec(**{**asdict(spec), "program": "jax"})))
+            if jax:
+                runs.append(run(Spec(**{**asdict(spec), "program": "jax"})))
     return runs, largest
 
 
@@ -450,6 +454,7 @@ def main() -> None:
         "--probe-bytes", type=int, default=2 * 2**30, help="bytes of the disk bandwidth probe (default 2 GiB)"
     )
     p.add_argument("--matmul-size", type=int, default=2048, help="the square matmul that measures the peak (2048)")
+    p.add_argument("--no-jax", action="store_true", help="leave out the same model in JAX")
     p.add_argument("--child", help=argparse.SUPPRESS)  # one program at one size, as a subprocess runs it
     add_out_option(p)
     args = p.parse_args()
@@ -484,7 +489,7 @@ def main() -> None:
         save("gpt_scale", figures, args.out)
         return figures["runs"][-1]  # type: ignore[no-any-return]
 
-    runs, figures["largest_phased"] = sweep(specs, run, tiers)
+    runs, figures["largest_phased"] = sweep(specs, run, tiers, not args.no_jax)
     print(
         f"GPT, vocabulary {vocab}, {args.micro_batches} micro-batches of one {sequence}-token sequence a step, "
         f"on {args.device}; seconds, bytes per device; phased: state in memory, disk: state in files of {remote}"
