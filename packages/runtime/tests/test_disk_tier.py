@@ -348,3 +348,18 @@ def test_loads_and_stores_from_several_threads_at_once(tmp_path: Path) -> None:
         tier.end_run()
     tier.remove()
     assert not failures, failures[:3]
+
+
+def test_what_the_disk_tier_cannot_honour_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((4,), popxl.float32, entries=2)
+        ops.remote_store(buffer, 0, popxl.constant(np.ones(4, np.float32)))
+    with pytest.raises(NotImplementedError, match="one replica; this one has 2"):
+        popxl.Session(ir, "cpu", remote_dir=str(tmp_path))
+    ir, _, _, _ = _program()
+    with pytest.raises(ValueError, match="remote_staging"):
+        popxl.Session(ir, "cpu", remote_dir=str(tmp_path), remote_staging=0)
+    monkeypatch.setenv(disk_tier.STAGING_VARIABLE, "lots")
+    with pytest.raises(ValueError, match=r"POPXL_REMOTE_STAGING.*'lots'"):
+        popxl.Session(ir, "cpu", remote_dir=str(tmp_path))
