@@ -97,11 +97,12 @@ def _tests(session: nox.Session, package: str, marks: str) -> None:
         if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
             _torch(session)
         paths = [f"packages/{package}/tests"]
-    pytest = ["pytest", *paths, "-q", "-n", "2", *session.posargs]
-    session.run(*pytest, "-m", marks, success_codes=[0] if marks == "not slow" else [0, 5])
+    pytest = ["pytest", *paths, "-q", "-n", "2"]  # arguments after `--` come last: a `-m` there overrides ours
+    session.run(*pytest, "-m", marks, *session.posargs, success_codes=[0] if marks == "not slow" else [0, 5])
     if package not in ("harness", "examples"):
         env = {"POPXL_REMOTE_MEMORY": "device"}
-        session.run(*pytest, "-m", f"placement and ({marks})", env=env, success_codes=[0, 5])
+        placed = f"placement and ({marks})"
+        session.run(*pytest, "-m", placed, *session.posargs, env=env, success_codes=[0, 5])
 
 
 @nox.session
