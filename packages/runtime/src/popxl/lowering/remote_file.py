@@ -22,6 +22,7 @@ any state changes, never in the middle of a run.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import mmap
@@ -80,7 +81,7 @@ class RemoteFile:
         self._fd = fd
         self.checksums = np.zeros((entries, self.chunks), _TABLE_DTYPE)
         self.written = np.zeros(entries, np.bool_)
-        self._zero_sums = [zlib.crc32(bytes(self._chunk_length(k))) for k in range(self.chunks)]
+        self._zero_sums = [_zero_sum(self._chunk_length(k)) for k in range(self.chunks)]
         self.checksums[:] = self._zero_sums
 
     # -- making and opening ------------------------------------------------------------------------------
@@ -279,6 +280,12 @@ class RemoteFile:
             os.pwritev(self._fd, [memoryview(staging)], offset)  # type: ignore[arg-type]
         except OSError as e:
             raise RemoteFileError(f"{self.path}: writing its header failed ({e})") from e
+
+
+@functools.cache
+def _zero_sum(length: int) -> int:
+    """The CRC-32 of `length` zero bytes (what an entry never written holds)."""
+    return zlib.crc32(bytes(length))
 
 
 def _open(path: Path, flags: int) -> int:
