@@ -17,8 +17,6 @@ from popxl_addons.core.planning.model import estimate
 from popxl_addons.core.planning.plan import calibrate
 from popxl_addons.core.planning.programs import measure, micro_batch_spec, serialised_program, step_program
 
-pytestmark = pytest.mark.placement
-
 SPEC = popxl.TensorSpec((256, 16), popxl.float32)
 STEPS = (2, 4)
 
@@ -60,11 +58,13 @@ def test_a_roomy_budget_keeps_everything(unserialised_bytes: int) -> None:
 SAME_TIME = ("compute", "io")
 
 
+@pytest.mark.placement
 def test_a_fast_host_link_offloads(unserialised_bytes: int) -> None:
     plan = _plan(int(0.6 * unserialised_bytes), 1e15, SAME_TIME)
     assert "host" in plan.policy.values() and "recompute" not in plan.policy.values()
 
 
+@pytest.mark.placement
 def test_a_slow_host_link_recomputes(unserialised_bytes: int) -> None:
     plan = _plan(int(0.6 * unserialised_bytes), 1e3, SAME_TIME)
     assert "recompute" in plan.policy.values() and "host" not in plan.policy.values()
