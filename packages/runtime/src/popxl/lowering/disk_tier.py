@@ -368,7 +368,8 @@ class DiskTier:
         return _Read(staging, self._executor.submit(self._timed, "read", key, file.read_into, key[1], staging))
 
     def _timed(self, kind: str, key: Key, action: Any, index: int, staging: Array) -> None:
-        if self.events is None:
+        # An entry never written reads as zeros without the disk: no event.
+        if self.events is None or (kind == "read" and not self.files[key[0]].written[index]):
             action(index, staging)
             return
         start = time.perf_counter()
