@@ -17,6 +17,7 @@ import pytest
 
 import popxl
 from popxl import ops
+from popxl.lowering.remote_file import RemoteFile
 from popxl_addons.core import (
     NamedTensors,
     NamedVariableFactories,
@@ -419,3 +420,57 @@ def test_a_checkpoint_of_state_on_disk_is_saved_and_loaded(
                 session.load_checkpoint(str(tmp_path / "ckpt"))
             for k, w in enumerate(weights):
                 np.testing.assert_array_equal(session.get_tensor_data(w), (big + 10 * k) * 4)
+
+
+# Trains remote variables on disk for a step, saves a checkpoint, and dies by SIGKILL in the middle of the next
+# step, once it has stored an entry.
+_KILLED_MID_STEP = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from popxl.lowering.disk_tier import DiskTier
+from test_task_session import _disk_session
+
+root = sys.argv[2]
+session, _ = _disk_session(root)
+with session:
+    session.run()
+    session.save_checkpoint(os.path.join(root, "ckpt"))
+    store = DiskTier.store
+    def store_then_die(self, *args):
+        store(self, *args)  # the file is marked as being written before the store returns
+        os.kill(os.getpid(), signal.SIGKILL)
+    DiskTier.store = store_then_die
+    session.run()
+"""
+
+
+def _disk_session(root: str) -> tuple[TaskSession, list[popxl.Variable]]:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((1 << 12,), popxl.float32, entries=2)
+        weights = [popxl.remote_variable(np.full(1 << 12, k + 1, np.float32), buffer, k, name=f"w{k}") for k in (0, 1)]
+        for k in (0, 1):
+            ops.remote_store(buffer, k, ops.remote_load(buffer, k) * 3.0)
+    state = NamedTensors.from_dict({f"w{k}": w for k, w in enumerate(weights)})
+    return TaskSession([], [], state, 1, ir, "cpu", remote_dir=os.path.join(root, "tier")), weights
+
+
+@pytest.mark.slow
+def test_a_process_killed_mid_step_leaves_its_checkpoint_loadable(tmp_path: pathlib.Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_STEP, str(pathlib.Path(__file__).parent), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    # The disk tier's file of the killed run says it was being written, and is refused as it is.
+    (left,) = (tmp_path / "tier").glob("*.bin")
+    with pytest.raises(OSError, match="process stopped"):
+        RemoteFile.open(left)
+    session, weights = _disk_session(str(tmp_path))
+    with session:
+        session.load_checkpoint(str(tmp_path / "ckpt"))
+        for k, w in enumerate(weights):
+            np.testing.assert_array_equal(session.get_tensor_data(w), np.full(1 << 12, 3 * (k + 1), np.float32))
+        assert session.session_state["steps"] == 1

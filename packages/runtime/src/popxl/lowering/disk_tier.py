@@ -124,6 +124,7 @@ class DiskTier:
         self._write_order: collections.deque[Key] = collections.deque()
         self._errors: list[BaseException] = []
         self._dirty: set[int] = set()
+        self._in_run = False
         self._schedule: list[Key] = []
         self._position = 0
         self._recorded: list[Key] = []
@@ -173,10 +174,12 @@ class DiskTier:
             self._writers = ThreadPoolExecutor(WRITERS, thread_name_prefix="popxl-disk-write")
 
     def close(self) -> None:
-        """Finish what is under way, make the files durable and stop the threads (the files stay)."""
+        """Finish what is under way, make the files durable and stop the threads (the files stay). The files of
+        a run that did not end (an error) stay marked as being written."""
         self._drain()
-        for file in self.files.values():
-            file.commit(durable=True)
+        if not self._in_run:
+            for file in self.files.values():
+                file.commit(durable=True)
         for pool in (self._executor, self._writers):
             if pool is not None:
                 pool.shutdown()
@@ -197,12 +200,14 @@ class DiskTier:
         """A run starts: its loads are recorded, reads ahead follow the last run's."""
         self._recorded = []
         self._position = 0
+        self._in_run = True
         self._prefetch()
 
     def end_run(self) -> None:
         """A run ended: every write reaches the disk and the files it wrote are committed."""
         self._drain()
         self.commit()
+        self._in_run = False
         if self._recorded:
             self._schedule = self._recorded
         self._raise_errors()
