@@ -12,7 +12,7 @@ a bounded set of staging buffers on a small thread pool:
   loaded), from a read started earlier, or read there and then;
 - the program's loads and stores are taken one at a time, whichever of XLA's
   threads calls them;
-- reads start ahead of their loads: a run's loads are recorded, and the next
+- reads start ahead of their loads: a run's loads and stores are recorded, and the next
   run, whose program is the same, reads ahead along that record, as far as
   the read staging bound allows. A first run guesses each buffer's next entry
   from its last step (phased programs walk layers in order, then back).
@@ -125,9 +125,11 @@ class DiskTier:
         self._errors: list[BaseException] = []
         self._dirty: set[int] = set()
         self._in_run = False
-        self._schedule: list[Key] = []
+        # The run's loads and stores in order, ("load" or "store", key): the last run's is the schedule.
+        self._schedule: list[tuple[str, Key]] = []
         self._position = 0
-        self._recorded: list[Key] = []
+        self._recorded: list[tuple[str, Key]] = []
+        self._last_load: Key | None = None
         self._last: dict[int, int] = {}
         self._step: dict[int, int] = {}
         self.bytes_read = 0
@@ -197,9 +199,10 @@ class DiskTier:
     # -- runs -------------------------------------------------------------------------------------------
 
     def begin_run(self) -> None:
-        """A run starts: its loads are recorded, reads ahead follow the last run's."""
+        """A run starts: its loads and stores are recorded, reads ahead follow the last run's."""
         self._recorded = []
         self._position = 0
+        self._last_load = None
         self._in_run = True
         self._prefetch()
 
@@ -245,7 +248,7 @@ class DiskTier:
         self._raise_errors()
         key = (bid, int(index))
         file = self.files[bid]
-        self._record(key)
+        self._record("load", key)
         written = self._writes.get(key)
         if written is not None:
             value = file.entry(key[1], written[0]).copy()
@@ -277,6 +280,7 @@ class DiskTier:
         self._raise_errors()
         key = (bid, int(index))
         file = self.files[bid]
+        self._record("store", key)
         with self._lock:
             stale = self._reads.pop(key, None)
         if stale is not None:  # read before this store: its data is given up once it has landed
@@ -318,26 +322,39 @@ class DiskTier:
 
     # -- reading ahead ------------------------------------------------------------------------------------
 
-    def _record(self, key: Key) -> None:
-        self._recorded.append(key)
-        bid, index = key
-        if bid in self._last and index != self._last[bid]:
-            self._step[bid] = index - self._last[bid]
-        self._last[bid] = index
+    def _record(self, kind: str, key: Key) -> None:
+        self._recorded.append((kind, key))
+        if kind == "load":
+            bid, index = key
+            if bid in self._last and index != self._last[bid]:
+                self._step[bid] = index - self._last[bid]
+            self._last[bid] = index
+            self._last_load = key
         schedule = self._schedule
-        if self._position < len(schedule) and schedule[self._position] == key:
+        if self._position < len(schedule) and schedule[self._position] == (kind, key):
             self._position += 1
             return
         window = schedule[self._position : self._position + 4 * LOOKAHEAD]
-        if key in window:
-            self._position += window.index(key) + 1
+        if (kind, key) in window:
+            self._position += window.index((kind, key)) + 1
 
     def _upcoming(self) -> list[Key]:
+        """The next loads, along the schedule: those of entries no store comes before (a read of one would be
+        given up)."""
         if self._schedule:
-            return self._schedule[self._position : self._position + LOOKAHEAD]
-        if not self._recorded:
+            stored: set[Key] = set()
+            loads: list[Key] = []
+            for kind, key in self._schedule[self._position : self._position + 4 * LOOKAHEAD]:
+                if kind == "store":
+                    stored.add(key)
+                elif key not in stored and key not in loads:
+                    loads.append(key)
+                    if len(loads) == LOOKAHEAD:
+                        break
+            return loads
+        if not self._recorded or self._last_load is None:
             return []
-        bid, index = self._recorded[-1]
+        bid, index = self._last_load
         guess = index + self._step.get(bid, 1)
         return [(bid, guess)] if 0 <= guess < self.files[bid].entries else []
 
