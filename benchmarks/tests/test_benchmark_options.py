@@ -49,6 +49,9 @@ RUNS: dict[str, list[list[str]]] = {
     "gpt_scale": [
         ["--small", "--sizes", "tiny", "--dtypes", "float16", "--sequence", "16", "--micro-batches", "2",
          "--steps", "1", "--device", "cpu", "--probe-bytes", "67108864", "--matmul-size", "256"],
+        # The state in the device's memory and in files of a folder given, with no JAX baseline.
+        ["--small", "--dtypes", "float32", "--sequence", "16", "--steps", "1", "--tiers", "device,disk",
+         "--no-jax", "--remote-dir", "remote", "--probe-bytes", "67108864", "--matmul-size", "256"],
     ],
 }  # fmt: skip
 
@@ -264,6 +267,19 @@ def test_gpt_scale(tmp_path: Path) -> None:
     # Random tokens: both models start near the uniform guess, ln(512).
     assert all(abs(r["losses"][0] - math.log(512)) < 0.5 for r in f["runs"])
     assert f["largest_phased"]["float16"]["trained"] == "tiny" and "every size given trained" in stdout
+
+
+@pytest.mark.slow
+def test_gpt_scale_tiers(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    stdout = _run("gpt_scale", RUNS["gpt_scale"][1], out)
+    f = _figures(out, "gpt_scale", stdout)
+    assert [(r["program"], r["outcome"]) for r in f["runs"]] == [("device", "trained"), ("disk", "trained")]
+    assert f["machine"]["remote_dir"] == str((tmp_path / "remote").resolve())
+    device, disk = f["runs"]
+    assert device["memory"]["disk_bytes"] == 0 < disk["memory"]["disk_bytes"]
+    loaded = disk["tier_bytes_last_step"]["load"]
+    assert loaded > 0 and device["os_bytes_per_step"]["read_bytes"] < loaded / 10
 
 
 def test_gpt_scale_sweep_stops_at_the_first_size_that_does_not_fit() -> None:
