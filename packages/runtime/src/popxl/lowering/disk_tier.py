@@ -291,7 +291,8 @@ class DiskTier:
         if bid not in self._dirty:
             file.mark_dirty()
             self._dirty.add(bid)
-        if not flat.any():  # all zero bytes (an accumulator reset): no IO, the entry reads as zeros
+        # All zero bytes (an accumulator reset): no IO, the entry reads as zeros. Its first bytes settle most.
+        if not flat[:4096].any() and not flat.any():
             file.zero(key[1])
             return
         while self._write_order and self._writing_bytes() + file.stride > max(self.staging, file.stride):
