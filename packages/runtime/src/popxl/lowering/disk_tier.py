@@ -305,6 +305,7 @@ class DiskTier:
         self._writes[key] = (staging, future)
         self._write_order.append(key)
         self.bytes_written += file.stride
+        self._prefetch()  # the reads ahead go on through a run of stores, not only at the next load
 
     def _give_up(self, staging: Array, _: Future[None]) -> None:
         self._pool.give(staging)
