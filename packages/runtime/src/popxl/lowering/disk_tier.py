@@ -132,8 +132,6 @@ class DiskTier:
         self._last_load: Key | None = None
         self._last: dict[int, int] = {}
         self._step: dict[int, int] = {}
-        self.bytes_read = 0
-        self.bytes_written = 0
         self.events: list[RemoteIOEvent] | None = None
 
     # -- files ------------------------------------------------------------------------------------------
@@ -251,17 +249,16 @@ class DiskTier:
         self._record("load", key)
         written = self._writes.get(key)
         if written is not None:
-            value = file.entry(key[1], written[0]).copy()
+            value = file.entry(written[0]).copy()
         else:
             with self._lock:
                 read = self._reads.pop(key, None)
             if read is None:
                 read = self._start_read(key)
             read.future.result()
-            self.bytes_read += file.stride
             # A copy: XLA may take the array's memory as the loaded value without copying it, and keep it after
             # the array object is gone, so a staging buffer handed over could not be used again safely.
-            value = file.entry(key[1], read.staging).copy()
+            value = file.entry(read.staging).copy()
             self._pool.give(read.staging)
         self._prefetch()
         return value
@@ -304,7 +301,6 @@ class DiskTier:
         future = self._writers.submit(self._timed, "write", key, file.write_from, key[1], staging)
         self._writes[key] = (staging, future)
         self._write_order.append(key)
-        self.bytes_written += file.stride
         self._prefetch()  # the reads ahead go on through a run of stores, not only at the next load
 
     def _give_up(self, staging: Array, _: Future[None]) -> None:
@@ -440,16 +436,6 @@ class DiskTier:
         for bid in sorted(self._dirty):
             self.files[bid].commit()
         self._dirty.clear()
-
-    def read_entry(self, bid: int, index: int) -> Array:
-        """Entry `index` of buffer `bid` as a new array (what a store left in flight included)."""
-        self._drain()
-        file = self.files[bid]
-        staging = self._pool.take(file.stride)
-        file.read_into(index, staging)
-        value = file.entry(index, staging).copy()
-        self._pool.give(staging)
-        return value
 
     def write_entry(self, bid: int, index: int, value: Array, commit: bool = True) -> None:
         """Replace entry `index` of buffer `bid` by `value` now, and commit the file (or leave it to `commit`)."""

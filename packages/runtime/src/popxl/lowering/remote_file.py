@@ -260,8 +260,8 @@ class RemoteFile:
         self.checksums[index] = sums
         self.written[index] = True
 
-    def entry(self, index: int, staging: Array) -> Array:
-        """Entry `index` as an array of the file's dtype and shape over `staging`'s first bytes."""
+    def entry(self, staging: Array) -> Array:
+        """An entry read into `staging`, as an array of the file's dtype and shape over its first bytes."""
         return staging[: self.nbytes].view(self.dtype).reshape(self.shape)
 
     # -- small reads and writes of the header and table ---------------------------------------------------
