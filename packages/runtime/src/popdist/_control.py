@@ -20,6 +20,9 @@ another), or sent back to its sender. Anything else (a port scan, a connection t
 nothing, a malformed, oversized, unauthenticated or replayed line) is ignored: it never ends a launch.
 """
 
+# This module is long because the authenticated handshake, the message checks and the liveness watch of the
+# control link live together; the layout issue (40) splits poprun by responsibility.
+
 from __future__ import annotations
 
 import contextlib

@@ -23,6 +23,9 @@ them (checksums, "clean") when it ends, after every write has reached the
 disk.
 """
 
+# This module is long because its reading ahead, writing behind and staging share one lock and one schedule,
+# and splitting them would pass that state between modules; the layout issue (40) may still part the pool out.
+
 from __future__ import annotations
 
 import collections

@@ -1,5 +1,8 @@
 """A whole popxl program as one jitted XLA computation over per-replica state."""
 
+# This module is long because Program still holds its memory fit and run-time checks beside the step; the
+# layout issue (40) moves them beside fit.py and into a module of their own.
+
 from __future__ import annotations
 
 import os

@@ -35,6 +35,9 @@ them too. Once you know such a checkpoint is complete, `mark_checkpoint_complete
 marks it.
 """
 
+# This module is long because the all-or-nothing checkpoint checks (headers, JSON, maps) sit beside the
+# Session; the layout issue (40) moves them into a checkpoint module of their own.
+
 from __future__ import annotations
 
 import contextlib
