@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import popdist
 import popdist.popart
 import pytest
 from popdist import _env, launcher
+from poprun_helpers import gone, write_program
 
 import popxl
 
@@ -27,24 +27,10 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _env.ALL}
 
 
-def _program(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def _poprun(*args: str, timeout: float = QUICK_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*POPRUN, *args], capture_output=True, text=True, timeout=timeout, env=_clean_env(), check=False
     )
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_outside_a_launch_popdist_answers_one_instance(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +92,7 @@ def test_popdist_reads_the_launch_environment(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.slow
 def test_poprun_runs_a_popxl_program_over_two_instances(tmp_path: Path) -> None:
     # Each instance feeds its own two of the four replicas; collectives and a grouped variable span both.
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "prog.py",
         """
@@ -154,7 +140,7 @@ def test_poprun_runs_a_popxl_program_over_two_instances(tmp_path: Path) -> None:
 
 
 def test_poprun_prefixes_output_and_passes_the_environment(tmp_path: Path) -> None:
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "show.py",
         f"""
@@ -184,7 +170,7 @@ def test_poprun_prefixes_output_and_passes_the_environment(tmp_path: Path) -> No
 
 
 def test_a_failing_instance_stops_the_others(tmp_path: Path) -> None:
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "fail.py",
         f"""
@@ -210,11 +196,11 @@ def test_a_failing_instance_stops_the_others(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-1] == "poprun: instance 1 exited with code 3; stopped the other instances"
     # instance 1's output was hidden, so poprun shows its last lines on failure
     assert "[1,1]<stdout>:started 1" in result.stderr
-    assert _gone(int((tmp_path / "pid0").read_text()))
+    assert gone(int((tmp_path / "pid0").read_text()))
 
 
 def test_ctrl_c_stops_every_instance(tmp_path: Path) -> None:
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "wait.py",
         f"""
@@ -252,7 +238,7 @@ def test_ctrl_c_stops_every_instance(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "poprun: interrupted; stopping the instances" in err
     for i in range(2):
-        assert _gone(int((tmp_path / f"pid{i}").read_text()))
+        assert gone(int((tmp_path / f"pid{i}").read_text()))
 
 
 @pytest.mark.slow

@@ -5,75 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
-import textwrap
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from popdist import _control, _env, _hosts, launcher
+from popdist import _env, _hosts, launcher
+from poprun_helpers import CLUSTER_VARIABLES, clean_env, finish, gone, launchers, write_program
 
-POPRUN = [sys.executable, "-m", "popdist.launcher"]
 # Bounds for a loaded machine: nothing here may hang.
 RUN_TIMEOUT_S = 300
 QUICK_TIMEOUT_S = 60
-CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "JAX_COORDINATOR", _control.SECRET_VARIABLE)
 # The secret every host of these launches shares.
 SECRET = "hosts-test-" + "5a" * 16
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _env.ALL and not k.startswith(CLUSTER_VARIABLES)}
-    env[_control.SECRET_VARIABLE] = SECRET
-    env.update(extra)
-    return env
-
-
-def _program(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def _launchers(
-    per_host: Sequence[Sequence[str]], envs: Sequence[dict[str, str]] | None = None
-) -> list[subprocess.Popen[str]]:
-    """One poprun per host, started together."""
-    return [
-        subprocess.Popen(
-            [*POPRUN, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=envs[i] if envs else _clean_env(),
-        )
-        for i, args in enumerate(per_host)
-    ]
-
-
-def _finish(procs: Sequence[subprocess.Popen[str]], timeout: float) -> list[tuple[int, str, str]]:
-    """Each launcher's exit code, stdout and stderr; kills them all if any overruns."""
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_host_lists_expand_as_poprun_and_slurm_write_them(tmp_path: Path) -> None:
@@ -178,7 +122,7 @@ def test_poprun_rejects_bad_host_command_lines(capsys: pytest.CaptureFixture[str
 
 def test_two_hosts_share_out_global_instances(tmp_path: Path) -> None:
     # Each host's poprun starts 2 of the 4 instances; indices and replica offsets are global.
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "show.py",
         f"""
@@ -192,11 +136,11 @@ def test_two_hosts_share_out_global_instances(tmp_path: Path) -> None:
     )
     port = str(launcher._free_port())
     common = ["--num-instances", "4", "--num-replicas", "8", "--host", "127.0.0.1,127.0.0.1", "--init-timeout", "30"]
-    procs = _launchers(
+    procs = launchers(
         [[*common, "--host-index", str(h), "--print-topology", "yes", sys.executable, str(prog)] for h in range(2)],
-        [_clean_env(**{_hosts.PORT_VARIABLE: port}) for _ in range(2)],
+        [clean_env(SECRET, **{_hosts.PORT_VARIABLE: port}) for _ in range(2)],
     )
-    results = _finish(procs, QUICK_TIMEOUT_S)
+    results = finish(procs, QUICK_TIMEOUT_S)
     coordinators = set()
     for host, (code, out, err) in enumerate(results):
         assert code == 0, out + err
@@ -214,12 +158,13 @@ def test_two_hosts_share_out_global_instances(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_two_hosts_under_slurm_run_one_program() -> None:
+def test_two_hosts_under_slurm_run_onewrite_program() -> None:
     # As `srun --ntasks-per-node=1 poprun ...` would on two nodes: SLURM's variables give each poprun its place.
     worker = Path(__file__).with_name("multihost_worker.py")
     port = str(launcher._free_port())
     envs = [
-        _clean_env(
+        clean_env(
+            SECRET,
             SLURM_JOB_ID="4242",
             SLURM_STEP_NODELIST="127.0.0.1",
             SLURM_NTASKS="2",
@@ -230,14 +175,14 @@ def test_two_hosts_under_slurm_run_one_program() -> None:
         for h in range(2)
     ]
     args = ["--num-instances", "2", "--num-replicas", "4", "--init-timeout", "200", sys.executable, str(worker)]
-    results = _finish(_launchers([args, args], envs), RUN_TIMEOUT_S)
+    results = finish(launchers([args, args], envs), RUN_TIMEOUT_S)
     for host, (code, out, err) in enumerate(results):
         assert code == 0, out + err
         assert f"[1,{host}]<stdout>:instance {host} ok: replicas {2 * host}..{2 * host + 1} of 4" in out
 
 
 def test_a_failing_instance_on_one_host_stops_every_host(tmp_path: Path) -> None:
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "fail.py",
         f"""
@@ -256,20 +201,23 @@ def test_a_failing_instance_on_one_host_stops_every_host(tmp_path: Path) -> None
     address = f"127.0.0.1:{launcher._free_port()}"
     common = ["--num-instances", "4", "--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "30"]
     start = time.monotonic()
-    results = _finish(
-        _launchers([[*common, "--host-index", str(h), sys.executable, str(prog)] for h in range(2)]), QUICK_TIMEOUT_S
+    results = finish(
+        launchers(
+            [[*common, "--host-index", str(h), sys.executable, str(prog)] for h in range(2)], [clean_env(SECRET)] * 2
+        ),
+        QUICK_TIMEOUT_S,
     )
     assert time.monotonic() - start < QUICK_TIMEOUT_S
     for code, out, err in results:
         assert code == 3, out + err
         assert err.splitlines()[-1] == "poprun: instance 3 on host 1 exited with code 3; stopped the other instances"
     for i in range(3):
-        assert _gone(int((tmp_path / f"pid{i}").read_text()))
+        assert gone(int((tmp_path / f"pid{i}").read_text()))
 
 
 @pytest.mark.slow
 def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "wait.py",
         f"""
@@ -282,7 +230,9 @@ def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
     )
     address = f"127.0.0.1:{launcher._free_port()}"
     common = ["--num-instances", "2", "--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "30"]
-    procs = _launchers([[*common, "--host-index", str(h), sys.executable, str(prog)] for h in range(2)])
+    procs = launchers(
+        [[*common, "--host-index", str(h), sys.executable, str(prog)] for h in range(2)], [clean_env(SECRET)] * 2
+    )
     try:
         deadline = time.monotonic() + QUICK_TIMEOUT_S
         while not all((tmp_path / f"pid{i}").exists() for i in range(2)):
@@ -291,12 +241,12 @@ def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
         time.sleep(0.2)  # let the pid files be complete
         procs[1].send_signal(signal.SIGKILL)
     finally:
-        results = _finish(procs, QUICK_TIMEOUT_S)
+        results = finish(procs, QUICK_TIMEOUT_S)
     code, out, err = results[0]
     assert code == launcher.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == "poprun: lost contact with host 1's poprun; stopped the other instances"
     deadline = time.monotonic() + 10
-    while not all(_gone(int((tmp_path / f"pid{i}").read_text())) for i in range(2)):
+    while not all(gone(int((tmp_path / f"pid{i}").read_text())) for i in range(2)):
         assert time.monotonic() < deadline, "an instance outlived its poprun"
         time.sleep(0.05)
 
@@ -306,7 +256,7 @@ def test_unreachable_or_missing_hosts_time_out() -> None:
     address = f"127.0.0.1:{launcher._free_port()}"  # nobody listens there
     common = ["--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "2", "true"]
     start = time.monotonic()
-    results = _finish(_launchers([["--host-index", "1", *common]]), QUICK_TIMEOUT_S)
+    results = finish(launchers([["--host-index", "1", *common]], [clean_env(SECRET)]), QUICK_TIMEOUT_S)
     assert time.monotonic() - start < QUICK_TIMEOUT_S
     code, out, err = results[0]
     assert code == launcher.LAUNCH_FAILED, out + err
@@ -314,7 +264,7 @@ def test_unreachable_or_missing_hosts_time_out() -> None:
         f"poprun: host 1: could not reach host 0's poprun at {address} within 2 s (--init-timeout or "
         f"{_env.INIT_TIMEOUT})"
     )
-    results = _finish(_launchers([["--host-index", "0", *common]]), QUICK_TIMEOUT_S)
+    results = finish(launchers([["--host-index", "0", *common]], [clean_env(SECRET)]), QUICK_TIMEOUT_S)
     code, out, err = results[0]
     assert code == launcher.LAUNCH_FAILED, out + err
     assert "poprun: host 0: host(s) 1 did not join within 2 s" in err
@@ -323,12 +273,13 @@ def test_unreachable_or_missing_hosts_time_out() -> None:
 def test_hosts_given_different_launches_refuse_them() -> None:
     address = f"127.0.0.1:{launcher._free_port()}"
     common = ["--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "30"]
-    procs = _launchers(
+    procs = launchers(
         [
             [*common, "--host-index", "0", "--num-instances", "2", "true"],
             [*common, "--host-index", "1", "--num-instances", "4", "true"],
-        ]
+        ],
+        [clean_env(SECRET)] * 2,
     )
-    for code, out, err in _finish(procs, QUICK_TIMEOUT_S):
+    for code, out, err in finish(procs, QUICK_TIMEOUT_S):
         assert code == launcher.LAUNCH_FAILED, out + err
         assert "host 1's poprun was given another launch" in err

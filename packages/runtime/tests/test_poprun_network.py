@@ -7,38 +7,23 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import os
 import queue
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from popdist import _control, _env, launcher
+from poprun_helpers import POPRUN, clean_env, finish, gone, launchers, write_program
 
-POPRUN = [sys.executable, "-m", "popdist.launcher"]
 # Bounds for a loaded machine: nothing here may hang.
 QUICK_TIMEOUT_S = 90
-CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "JAX_COORDINATOR", _control.SECRET_VARIABLE)
 SECRET = "test-secret-" + "0123456789abcdef" * 2
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _env.ALL and not k.startswith(CLUSTER_VARIABLES)}
-    env.update(extra)
-    return env
-
-
-def _program(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def _listeners(port: int) -> list[str]:
@@ -60,7 +45,7 @@ LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "0000000000000000000
 @pytest.mark.slow
 def test_one_host_binds_jax_s_coordinator_to_loopback(tmp_path: Path) -> None:
     # Instance 0 runs JAX's coordinator (unauthenticated gRPC): it must not listen on every interface.
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "listen.py",
         "from __future__ import annotations\nimport json, os, popdist\n"
@@ -77,7 +62,7 @@ if popdist.getInstanceIndex() == 0:
         capture_output=True,
         text=True,
         timeout=240,
-        env=_clean_env(),
+        env=clean_env(),
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -86,43 +71,11 @@ if popdist.getInstanceIndex() == 0:
     assert found and set(found) <= LOOPBACK, line
 
 
-def _launchers(per_host: Sequence[Sequence[str]], envs: Sequence[dict[str, str]]) -> list[subprocess.Popen[str]]:
-    """One poprun per host."""
-    return [
-        subprocess.Popen([*POPRUN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for args, env in zip(per_host, envs)
-    ]
-
-
-def _finish(procs: Sequence[subprocess.Popen[str]], timeout: float) -> list[tuple[int, str, str]]:
-    """Each launcher's exit code, stdout and stderr; kills them all if any overruns."""
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-                p.wait()
-    return results
-
-
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = QUICK_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def _attack(port: int, launch: dict[str, int]) -> list[bytes]:
@@ -162,7 +115,7 @@ def test_two_hosts_survive_port_scans_and_forged_messages(tmp_path: Path) -> Non
     # Before host 1 joins, an attacker connects and closes, sends junk, a forged hello with the launch's shape
     # and forged stops. None of it reaches the coordinator's address or ends the launch; nothing leaks the
     # secret, and host 0's poprun listens at the address given only.
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "ok.py",
         f"""
@@ -172,9 +125,9 @@ def test_two_hosts_survive_port_scans_and_forged_messages(tmp_path: Path) -> Non
     )
     port = launcher._free_port()
     address = f"127.0.0.1:{port}"
-    env = _clean_env(**{_control.SECRET_VARIABLE: SECRET})
+    env = clean_env(**{_control.SECRET_VARIABLE: SECRET})
     rest = ["--num-instances", "2", "--init-timeout", "60", "-vv", sys.executable, str(prog)]
-    host0 = _launchers([_launch_args(address, 0, *rest)], [env])
+    host0 = launchers([_launch_args(address, 0, *rest)], [env])
     try:
         _wait_for(lambda: bool(_listeners(port)) or host0[0].poll() is not None, "host 0's poprun to listen")
         assert set(_listeners(port)) == {"0100007F"}  # 127.0.0.1 only, not every interface
@@ -183,11 +136,11 @@ def test_two_hosts_survive_port_scans_and_forged_messages(tmp_path: Path) -> Non
         for answer in answers:  # a challenge at most: never a coordinator's address, nor a refusal
             assert all(set(json.loads(line)) == {"challenge"} for line in answer.splitlines()), answer
         assert host0[0].poll() is None, "host 0's poprun ended"
-        procs = host0 + _launchers([_launch_args(address, 1, *rest)], [env])
+        procs = host0 + launchers([_launch_args(address, 1, *rest)], [env])
     except BaseException:
-        _finish(host0, 1)
+        finish(host0, 1)
         raise
-    results = _finish(procs, QUICK_TIMEOUT_S)
+    results = finish(procs, QUICK_TIMEOUT_S)
     for host, (code, out, err) in enumerate(results):
         assert code == 0, out + err
         assert f"[1,{host}]<stdout>:index {host} secret seen False" in out.splitlines()
@@ -304,14 +257,14 @@ def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
 def test_poprun_needs_a_secret_over_several_hosts() -> None:
     address = f"127.0.0.1:{launcher._free_port()}"
     for env, message in [
-        (_clean_env(), f"a launch over 2 hosts needs a secret that its hosts share: set {_control.SECRET_VARIABLE}"),
-        (_clean_env(**{_control.SECRET_VARIABLE: "short"}), f"{_control.SECRET_VARIABLE} is too short"),
+        (clean_env(), f"a launch over 2 hosts needs a secret that its hosts share: set {_control.SECRET_VARIABLE}"),
+        (clean_env(**{_control.SECRET_VARIABLE: "short"}), f"{_control.SECRET_VARIABLE} is too short"),
     ]:
         done = subprocess.run(
             [*POPRUN, *_launch_args(address, 0, "true")], capture_output=True, text=True, timeout=60, env=env
         )
         assert done.returncode == 2 and message in done.stderr, done.stderr
-    made = subprocess.run([*POPRUN, "--new-secret"], capture_output=True, text=True, timeout=60, env=_clean_env())
+    made = subprocess.run([*POPRUN, "--new-secret"], capture_output=True, text=True, timeout=60, env=clean_env())
     assert made.returncode == 0 and len(made.stdout.strip()) == 64, made
 
 
@@ -320,7 +273,7 @@ def test_poprun_needs_a_secret_over_several_hosts() -> None:
 def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) -> None:
     # One host's poprun is stopped (SIGSTOP: connected, but silent) while its instance runs; the other host's
     # instance has finished. The other host's poprun must not wait for it for ever.
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "wait.py",
         f"""
@@ -334,19 +287,19 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) 
         """,
     )
     address = f"127.0.0.1:{launcher._free_port()}"
-    env = _clean_env(**{_control.SECRET_VARIABLE: SECRET})
+    env = clean_env(**{_control.SECRET_VARIABLE: SECRET})
     rest = ["--num-instances", "2", "--init-timeout", "60", sys.executable, str(prog)]
-    procs = _launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
+    procs = launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
     other = 1 - silent
     try:
         _wait_for(lambda: all((tmp_path / f"pid{i}").exists() for i in range(2)), "the instances to start")
         procs[silent].send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        code, out, err = _finish([procs[other]], QUICK_TIMEOUT_S)[0]
+        code, out, err = finish([procs[other]], QUICK_TIMEOUT_S)[0]
         took = time.monotonic() - stopped
     finally:
         procs[silent].kill()  # stopped: it would never finish on its own
-        _finish(procs, QUICK_TIMEOUT_S)
+        finish(procs, QUICK_TIMEOUT_S)
     assert code == launcher.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == (
         f"poprun: lost contact with host {silent}'s poprun after {_control.SILENCE_S:g} s of silence; "
@@ -354,14 +307,14 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) 
     )
     assert took < 30, took
     silent_instance = int((tmp_path / f"pid{silent}").read_text())
-    _wait_for(lambda: _gone(silent_instance), "the silent host's instance to end with its poprun", 30)
+    _wait_for(lambda: gone(silent_instance), "the silent host's instance to end with its poprun", 30)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hosts", [1, 2])
 def test_a_killed_poprun_leaves_no_instance_nor_its_children(tmp_path: Path, hosts: int) -> None:
     # Each instance starts a child of its own; poprun is then killed with SIGKILL (no chance to clean up).
-    prog = _program(
+    prog = write_program(
         tmp_path,
         "spawn.py",
         f"""
@@ -374,21 +327,21 @@ def test_a_killed_poprun_leaves_no_instance_nor_its_children(tmp_path: Path, hos
         time.sleep({QUICK_TIMEOUT_S * 2})
         """,
     )
-    env = _clean_env(**{_control.SECRET_VARIABLE: SECRET})
+    env = clean_env(**{_control.SECRET_VARIABLE: SECRET})
     rest = ["--num-instances", str(2 * hosts), "--mpi", "off", "--init-timeout", "60", sys.executable, str(prog)]
     if hosts == 1:
-        procs = _launchers([rest], [env])
+        procs = launchers([rest], [env])
     else:
         address = f"127.0.0.1:{launcher._free_port()}"
-        procs = _launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
+        procs = launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
     files = [tmp_path / f"pids{i}" for i in range(2 * hosts)]
     try:
         _wait_for(lambda: all(f.exists() and len(f.read_text().split()) == 2 for f in files), "the instances")
         procs[-1].kill()
         pids = [int(pid) for f in files for pid in f.read_text().split()]
         # The killed host's, and the other host's too (its poprun stops them on losing contact).
-        _wait_for(lambda: all(_gone(pid) for pid in pids), "every instance and child to end", 30)
+        _wait_for(lambda: all(gone(pid) for pid in pids), "every instance and child to end", 30)
     finally:
         for p in procs:
             p.kill()
-        _finish(procs, QUICK_TIMEOUT_S)
+        finish(procs, QUICK_TIMEOUT_S)
