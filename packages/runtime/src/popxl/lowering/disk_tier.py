@@ -115,6 +115,7 @@ class DiskTier:
         self.buffers = list(buffers)
         self.staging = staging
         self.files: dict[int, RemoteFile] = {}
+        self._layouts: dict[int, RemoteFile] = {}
         self._pool = _Pool(2 * staging)
         self._executor: ThreadPoolExecutor | None = None
         self._writers: ThreadPoolExecutor | None = None
@@ -141,13 +142,22 @@ class DiskTier:
 
     def disk_bytes(self) -> int:
         """The bytes the files take on disk."""
-        return sum(_probe(b).size for b in self.buffers)
+        return sum(self._layout(b).size for b in self.buffers)
 
     def staging_bytes(self) -> int:
         """The most memory the staging buffers take: reads ahead and writes behind, at least one entry each."""
-        largest = max((_probe(b).stride for b in self.buffers), default=0)
-        total = sum(_probe(b).entries * _probe(b).stride for b in self.buffers)
+        layouts = [self._layout(b) for b in self.buffers]
+        largest = max((f.stride for f in layouts), default=0)
+        total = sum(f.entries * f.stride for f in layouts)
         return 2 * min(max(self.staging, largest), total) + largest
+
+    def _layout(self, buffer: RemoteBuffer) -> RemoteFile:
+        """The layout a file of `buffer` has (nothing is opened), worked out once: the figures are asked every run."""
+        key = buffer.remote_buffer_id
+        if key not in self._layouts:
+            dtype = np.dtype(buffer.tensor_dtype.as_numpy())
+            self._layouts[key] = RemoteFile(Path(), dtype, buffer.tensor_shape, buffer.entries, -1)
+        return self._layouts[key]
 
     def check_space(self) -> None:
         """Raise `RemoteFileError` naming the folder, the bytes needed and free, where the files cannot fit."""
@@ -162,8 +172,9 @@ class DiskTier:
             )
 
     def open(self, keep: dict[int, set[int]]) -> None:
-        """Make the files (once; they are reused later) and zero every entry but those in `keep` by buffer id."""
-        self.check_space()
+        """Make the files (once; they are reused later) and zero every entry but those in `keep` by buffer id.
+        (Attaching asks `check_space` first, before anything is written.)"""
+        self.folder.mkdir(parents=True, exist_ok=True)
         for b in self.buffers:
             file = self.files.get(b.remote_buffer_id)
             if file is None:
@@ -457,11 +468,6 @@ class DiskTier:
         self._pool.give(staging)
         if commit:
             self.commit()
-
-
-def _probe(buffer: RemoteBuffer) -> RemoteFile:
-    """The layout a file of `buffer` has (nothing is opened)."""
-    return RemoteFile(Path(), np.dtype(buffer.tensor_dtype.as_numpy()), buffer.tensor_shape, buffer.entries, -1)
 
 
 def remote_dir(asked: str | os.PathLike[str] | None) -> Path | None:
