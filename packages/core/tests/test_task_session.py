@@ -293,6 +293,16 @@ def test_a_corrupt_session_state_changes_nothing(tmp_path: pathlib.Path, content
     assert s.dataloader.resumed == []
 
 
+def test_a_checkpoint_without_session_state_loads_from_no_steps(tmp_path: pathlib.Path) -> None:
+    """As popxl-addons' TaskSession loads one (its own test removes the file and loads with report_missing
+    "error")."""
+    s = _saved_then_changed(tmp_path)
+    (tmp_path / "ckpt" / "session_info.json").unlink()
+    with s:
+        s.load_checkpoint(str(tmp_path / "ckpt"), report_missing="error")
+    assert s.session_state == {"steps": 0}
+
+
 def test_a_truncated_npz_names_its_file_and_changes_nothing(tmp_path: pathlib.Path) -> None:
     s = _saved_then_changed(tmp_path)
     path = tmp_path / "ckpt" / "model" / "w.npz"

@@ -376,11 +376,12 @@ def _read_through(path: Path, name: str | None) -> None:
 
 
 def _session_info(path: Path) -> dict[str, Any]:
-    """The session state saved in `path`: a JSON object with the number of steps run."""
+    """The session state saved in `path`: a JSON object with the number of steps run. A checkpoint without the
+    file starts from no steps, as popxl-addons' loads it; one whose file is not such an object is refused."""
     try:
         loaded = json.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise CheckpointError(f"Checkpoint file {str(path)!r} is missing") from e
+    except FileNotFoundError:
+        return {"steps": 0}
     except (OSError, ValueError) as e:
         raise CheckpointError(f"Checkpoint file {str(path)!r} is not readable JSON: {e}") from e
     if not isinstance(loaded, dict) or not isinstance(loaded.get("steps"), int) or isinstance(loaded["steps"], bool):
