@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from popdist import _control, _env, launcher
+from popdist import _control, _env, _wire, launcher
 from poprun_helpers import POPRUN, clean_env, finish, gone, launchers, write_program
 
 # Bounds for a loaded machine: nothing here may hang.
@@ -149,11 +149,11 @@ def test_two_hosts_survive_port_scans_and_forged_messages(tmp_path: Path) -> Non
 
 
 def _signed(sender: int, nonces: tuple[str, str], seq: int, body: object, secret: bytes = SECRET.encode()) -> bytes:
-    mac = _control._mac(secret, "message", sender, nonces, seq, body)
+    mac = _wire.sign(secret, "message", sender, nonces, seq, body)
     return json.dumps({"seq": seq, "body": body, "mac": mac}).encode() + b"\n"
 
 
-def _events(link: _control.Link, wait: float) -> list[_control.Event]:
+def _events(link: _wire.Link, wait: float) -> list[_wire.Event]:
     got = []
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
@@ -167,7 +167,7 @@ def test_a_link_takes_only_its_peer_s_signed_messages_once() -> None:
     # Host 0's end of an established link; the test plays host 1 (and an attacker on the same connection).
     ours, theirs = socket.socketpair()
     nonces = ("a" * 32, "b" * 32)
-    link = _control.Link(0, SECRET.encode(), {1: _control._Session(_control._Conn(ours), 1, nonces)})
+    link = _wire.Link(0, SECRET.encode(), {1: _wire.Session(_wire.Conn(ours), 1, nonces)})
     try:
         done = _signed(1, nonces, 1, {"done": 1})
         theirs.sendall(done)
@@ -182,7 +182,7 @@ def test_a_link_takes_only_its_peer_s_signed_messages_once() -> None:
             _signed(1, nonces, 6, {"failed": {"what": "x", "code": 300}}),
             _signed(1, nonces, 7, {"stop": {"what": "x", "code": 5}}),  # only host 0 says stop
             _signed(1, nonces, 8, {"done": 2}),
-            b"x" * (_control.MAX_LINE * 3) + b"\n",
+            b"x" * (_wire.MAX_LINE * 3) + b"\n",
             b"[" * 3000 + b"\n",
             b"\xff\xfe\n",
             _signed(1, nonces, 9, {"failed": {"what": "instance 3 failed", "code": 3}}),
@@ -200,18 +200,18 @@ def test_a_silent_peer_is_lost_and_closing_does_not_wait_for_it() -> None:
     ours, theirs = socket.socketpair()
     nonces = ("a" * 32, "b" * 32)
     start = time.monotonic()
-    link = _control.Link(0, SECRET.encode(), {1: _control._Session(_control._Conn(ours), 1, nonces)}, silence_s=1.0)
+    link = _wire.Link(0, SECRET.encode(), {1: _wire.Session(_wire.Conn(ours), 1, nonces)}, silence_s=1.0)
     try:
         theirs.sendall(b"{}\n" + b"x" * 100)  # not a message: does not count as being heard from
         host, event = link.events.get(timeout=10)
-        assert (host, event) == (1, _control.Lost(1.0))
+        assert (host, event) == (1, _wire.Lost(1.0))
         assert time.monotonic() - start < 5
         heartbeats = theirs.recv(65536)  # the link kept sending its own
         assert b'"beat":true' in heartbeats
     finally:
         closing = time.monotonic()
         link.close()  # the peer never closes its side: bounded by CLOSE_S
-        assert time.monotonic() - closing < _control.CLOSE_S + 2
+        assert time.monotonic() - closing < _wire.CLOSE_S + 2
         theirs.close()
 
 
@@ -236,7 +236,7 @@ def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
         challenge = json.loads(first.makefile("rb").readline())["challenge"]
     nonces = (challenge, "d" * 32)
-    hello = {"hello": 1, "launch": launch, "nonce": nonces[1], "mac": _control._mac(secret, "hello", nonces, 1, launch)}
+    hello = {"hello": 1, "launch": launch, "nonce": nonces[1], "mac": _wire.sign(secret, "hello", nonces, 1, launch)}
     with socket.create_connection(("127.0.0.1", port), timeout=10) as replay:
         reader = replay.makefile("rb")
         assert "challenge" in json.loads(reader.readline())
@@ -249,7 +249,7 @@ def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
     link, jax_address = _control.join(f"127.0.0.1:{port}", 1, launch, 30, secret)
     thread.join(30)
     assert jax_address == "127.0.0.1:1234"
-    assert len(result) == 1 and isinstance(result[0], _control.Link), result
+    assert len(result) == 1 and isinstance(result[0], _wire.Link), result
     result[0].close()
     link.close()
 
@@ -302,7 +302,7 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) 
         finish(procs, QUICK_TIMEOUT_S)
     assert code == launcher.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == (
-        f"poprun: lost contact with host {silent}'s poprun after {_control.SILENCE_S:g} s of silence; "
+        f"poprun: lost contact with host {silent}'s poprun after {_wire.SILENCE_S:g} s of silence; "
         "stopped the other instances"
     )
     assert took < 30, took

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Protocol
 
-from popdist import _control, _env, _hosts, _mpi, _reaper
+from popdist import _control, _env, _hosts, _mpi, _reaper, _wire
 
 # PopRun's options for IPU fabrics: accepted so that command lines written for PopRun run, and without
 # effect here (no IPU partition is involved).
@@ -320,7 +320,7 @@ class _Launch:
         """The global index of this host's first instance."""
         return self.place.host_index * self.per_host
 
-    def agreement(self) -> _control.Message:
+    def agreement(self) -> _wire.Message:
         """What every host's poprun must have been given alike."""
         return {
             "num_hosts": self.place.num_hosts,
@@ -555,7 +555,7 @@ class _Supervisor:
         self,
         launch: _Launch,
         procs: Sequence[_Instance],
-        link: _control.Link | None,
+        link: _wire.Link | None,
         output: _Output,
         shown: int | None,
         job: _MpiJob | None = None,
@@ -596,11 +596,11 @@ class _Supervisor:
                 self.link.send(0, {"failed": report})
         return ending
 
-    def _remote(self, host: int, message: _control.Message | _control.Lost) -> _Ending | None:
+    def _remote(self, host: int, message: _wire.Message | _wire.Lost) -> _Ending | None:
         """What a message from `host`'s poprun (checked by `_control`), or its loss, ends, if anything."""
         assert self.link is not None
-        report: _control.Message
-        if isinstance(message, _control.Lost):
+        report: _wire.Message
+        if isinstance(message, _wire.Lost):
             after = f" after {message.silent_s:g} s of silence" if message.silent_s is not None else ""
             report = {"what": f"lost contact with host {host}'s poprun{after}", "code": LAUNCH_FAILED}
         elif "done" in message:
@@ -662,7 +662,7 @@ class _Supervisor:
             time.sleep(0.05)
 
 
-def _connect(launch: _Launch, timeout: float, output: _Output) -> tuple[_control.Link | None, str]:
+def _connect(launch: _Launch, timeout: float, output: _Output) -> tuple[_wire.Link | None, str]:
     """Join the other hosts' poprun (if any); JAX's coordinator address for the instances."""
     place = launch.place
     if place.num_hosts == 1:
@@ -841,7 +841,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     procs: list[_Instance] = []
-    link: _control.Link | None = None
+    link: _wire.Link | None = None
     job: _MpiJob | None = None
     reaper: _reaper.Reaper | None = None
     try:
