@@ -18,7 +18,6 @@ import pytest
 import popxl
 from popxl import ops
 from popxl.op import REGISTRY
-from popxl.op_table import runtime_op_kinds
 from popxl.test_util import (
     OpExample,
     check_flops,
@@ -27,6 +26,7 @@ from popxl.test_util import (
     check_shape_rule,
     check_values,
     float16_errors,
+    runtime_op_kinds,
 )
 
 Array = np.ndarray[Any, Any]

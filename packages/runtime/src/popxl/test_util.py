@@ -39,7 +39,7 @@ from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.world import CheckState, HostOutput, World
-from popxl.op import CHECK_RESULT, Op, OpDef, Resource, add_op, graph_reads, graph_writes
+from popxl.op import CHECK_RESULT, REGISTRY, Op, OpDef, Resource, add_op, graph_reads, graph_writes
 from popxl.remote_buffer import RemoteBuffer
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.transforms.autodiff import AutodiffError, ExpectedConnectionType, autodiff
@@ -72,6 +72,11 @@ class OpExample:
 
 
 ExampleFactory = Callable[[Ir], OpExample]
+
+
+def runtime_op_kinds() -> list[str]:
+    """The op kinds this runtime registers (extensions registered by other packages aside), sorted."""
+    return sorted(name for name, opdef in REGISTRY.items() if opdef.origin.startswith("popxl."))
 
 
 def _initial(resource: Resource, num_host_transfers: int) -> Any:
