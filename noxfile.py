@@ -18,30 +18,14 @@ nox.options.sessions = ["tests", "typecheck", "lint"]
 # Dependency order: a package's siblings are installed from their folders alongside it.
 PACKAGES = {
     "runtime": ("popxl", []),
-    "core": ("popxl_addons.core", ["runtime"]),
-    "layers": ("popxl_addons.layers", ["runtime", "core"]),
-    "collectives": ("popxl_addons.collectives", ["runtime", "core"]),
-    "harness": ("popxl_addons.harness", ["runtime", "core", "layers", "collectives"]),
+    "addons": ("popxl_addons", ["runtime"]),
+    "harness": ("popxl_addons.harness", ["runtime", "addons"]),
 }
-# What mypy checks where it is more than the import name: the runtime ships `popart` too, core
-# the `popxl_addons` package itself (popxl-addons' paths, with `popxl_addons.core` inside it) and
-# collectives popxl-addons' paths of its ops.
+# What mypy checks where it is more than the import name: the runtime ships `popart` and `popdist` too.
 TYPECHECK = {
     "runtime": ["popxl", "popart", "popdist"],
-    "core": ["popxl_addons"],
-    "collectives": [
-        "popxl_addons.collectives",
-        "popxl_addons.ops.cross_entropy_sharded_loss",
-        "popxl_addons.ops.cross_entropy_sharded_wr_loss",
-        "popxl_addons.ops.layer_norm_distributed",
-        "popxl_addons.ops.replicated_all_reduce_TP",
-        "popxl_addons.ops.replicated_strided_collectives",
-    ],
 }
 TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"]
-# Sibling packages a package's tests use beyond what it depends on: the collectives' tests check popxl-addons'
-# path `popxl_addons.layers.layer_norm_distributed`, which popxl-addons-layers ships.
-TEST_SIBLINGS = {"collectives": ["layers"]}
 # What `nox -s bench` runs, in order.
 BENCHMARKS = [
     "build_scaling",
@@ -98,10 +82,10 @@ def _tests(session: nox.Session, package: str, marks: str) -> None:
         session.install(*TEST_DEPS, *EXAMPLE_DEPS)
     else:
         _install(session, package)
-        session.install(*TEST_DEPS, *[arg for p in TEST_SIBLINGS.get(package, []) for arg in ("-e", f"packages/{p}")])
+        session.install(*TEST_DEPS)
         if package == "runtime" and shutil.which("mpirun"):  # poprun's MPI tests: mpi4py over the host's Open MPI
             session.install("mpi4py>=3.1")
-        if package in ("core", "layers", "collectives"):  # tests check against torch: the local CPU wheel, no CUDA
+        if package == "addons":  # tests check against torch: the local CPU wheel, no CUDA
             _torch(session)
     pytest = ["pytest", *paths, "-q", "-n", "2"]  # arguments after `--` come last: a `-m` there overrides ours
     session.run(*pytest, "-m", marks, *session.posargs, success_codes=[0] if marks == "not slow" else [0, 5])
@@ -188,7 +172,7 @@ def _build(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def build(session: nox.Session) -> None:
-    """Wheels and sdists of the five distributions into dist/, at the version in VERSION."""
+    """Wheels and sdists of the three distributions into dist/, at the version in VERSION."""
     _build(session)
     session.log("built: " + ", ".join(sorted(p.name for p in DIST.iterdir())))
 

@@ -5,7 +5,7 @@
 # whole run ends within about twelve minutes; a step that runs out is reported and the rest still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="packages/runtime/src:packages/core/src:packages/layers/src:packages/collectives/src:benchmarks"
+export PYTHONPATH="packages/runtime/src:packages/addons/src:benchmarks"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 dest="${OUT:-out/bench}"
 mkdir -p "$dest"

@@ -26,14 +26,8 @@ DOWNSTREAM = Path(__file__).resolve().parent / "downstream"
 # distribution -> (its import, the sibling distributions it must pull in, the downstream program)
 DISTRIBUTIONS = {
     "popxl-xla": ("popxl", [], "runtime"),
-    "popxl-addons-core": ("popxl_addons.core", ["popxl-xla"], "core"),
-    "popxl-addons-layers": ("popxl_addons.layers", ["popxl-xla", "popxl-addons-core"], "layers"),
-    "popxl-addons-collectives": ("popxl_addons.collectives", ["popxl-xla", "popxl-addons-core"], "collectives"),
-    "popxl-addons-harness": (
-        "popxl_addons.harness",
-        ["popxl-xla", "popxl-addons-core", "popxl-addons-layers", "popxl-addons-collectives"],
-        "harness",
-    ),
+    "popxl-addons": ("popxl_addons", ["popxl-xla"], "addons"),
+    "popxl-addons-harness": ("popxl_addons.harness", ["popxl-xla", "popxl-addons"], "harness"),
 }
 TYPECHECKER = "mypy>=1.10"
 
@@ -109,14 +103,12 @@ def test_installs_alone_and_type_checks(name: str, tmp_path: Path) -> None:
     _check(name, python, tmp_path)
 
 
-def test_pip_installs_layers_alone(tmp_path: Path) -> None:
-    """The README's command with pip itself, for the distribution of the issue (layers, which needs core)."""
+def test_pip_installs_addons_alone(tmp_path: Path) -> None:
+    """The README's command with pip itself, for popxl-addons (which needs popxl-xla)."""
     _wheels()
     python = _venv(tmp_path, seed=True)
-    _run(
-        [python, "-m", "pip", "install", "--quiet", "--find-links", DIST, "popxl-addons-layers", TYPECHECKER], tmp_path
-    )
-    _check("popxl-addons-layers", python, tmp_path)
+    _run([python, "-m", "pip", "install", "--quiet", "--find-links", DIST, "popxl-addons", TYPECHECKER], tmp_path)
+    _check("popxl-addons", python, tmp_path)
 
 
 def test_each_distribution_has_a_wheel_and_an_sdist() -> None:

@@ -1,5 +1,0 @@
-"""Eight CPU devices for the grouped-variable cases (set before JAX initialises)."""
-
-import jax
-
-jax.config.update("jax_num_cpu_devices", 8)
