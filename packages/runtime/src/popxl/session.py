@@ -14,6 +14,7 @@ from popxl.host_layout import HostLayout
 from popxl.ir import Ir
 from popxl.lowering import fit
 from popxl.lowering.disk_tier import RemoteIOEvent
+from popxl.lowering.host_values import Handing, HostValues
 from popxl.lowering.program import Program
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -92,12 +93,9 @@ class Session:
         self.weights_to_host_on_exit = weights_to_host_on_exit and not self._read_only_maps
         ir.lock_replication()
         ir.write_final_dot()
-        # Host values are replaced, never written in place, so they start as the variables' own data. None: the
-        # devices hold the value alone (while attached, see `_hand_over`).
-        self._host: dict[Variable, Array | None] = {v: v.host_data for v in self._program.variables}
+        self._host = HostValues(self._program.variables, self.get_tensor_data)
         self._state: Any = None
         self._attached = 0
-        self._host_stale = False
 
     @property
     def is_attached(self) -> bool:
@@ -138,13 +136,13 @@ class Session:
 
     def __enter__(self) -> Session:
         if self._attached == 0:
-            values = _on_device(self._held())
-            handing = _Handing(self, values) if self.weights_to_host_on_exit else None
+            values = _on_device(self._host.held())
+            handing = Handing(self._host, values) if self.weights_to_host_on_exit else None
             self._state = self._program.init_state(values, handing)
             del values
-            self._host_stale = False
+            self._host.stale = False
             if self.weights_to_host_on_exit:
-                self._hand_over()
+                self._host.hand_over()
             fit.give_back_freed_memory()
         self._attached += 1
         return self
@@ -157,49 +155,16 @@ class Session:
             self._take_back()
             self._state = None
 
-    def _hand_over(self, variables: Iterable[Variable] | None = None) -> None:
-        """Drop the host copies of the values the devices now hold (of `variables`, or all), so that the state
-        is held once while attached (on a CPU, host and device memory are one): each is read from the devices
-        when asked for, and read back whole when the Session detaches. Memory-mapped values stay in their
-        maps."""
-        for v in self._host if variables is None else variables:
-            if self._host[v] is not None and self._lends(v):
-                self._host[v] = None
-                v._lend(self)
-
-    def _lends(self, variable: Variable) -> bool:
-        """Whether `variable`'s host value goes while the devices hold it (a memory-mapped one stays in its map)."""
-        return not isinstance(self._host[variable], np.memmap)
-
     def _take_back(self) -> None:
         """Read back what only the devices hold (leaving after an error too, which popxl leaves unread: here the
         host copies went at attach), and give the variables their host values again."""
-        missing = [v for v, held in self._host.items() if held is None]
+        missing = self._host.missing()
         if missing:
-            values = self._program.read_variables(self._state, missing)
-            self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
+            self._host.read_back(self._program.read_variables(self._state, missing))
         if self._program.disk is not None:
             self._program.disk.close()
-        for v, held in self._host.items():
-            if v._held_by(self):
-                assert held is not None
-                v._give_back(held)
+        self._host.take_back()
         fit.give_back_freed_memory()
-
-    def _held(self) -> dict[Variable, Array]:
-        """The host values the Session holds (all of them while detached)."""
-        return {v: a for v, a in self._host.items() if a is not None}
-
-    def _holds_alone(self) -> bool:
-        """Whether the devices hold the variables' values alone (see `_hand_over`)."""
-        return any(v._held_by(self) for v in self._host)
-
-    def _drop_stale(self) -> None:
-        """After a run: the host values the devices have moved past are stale, and dropped where the devices
-        hold the values alone."""
-        self._host_stale = True
-        if self._holds_alone():
-            self._hand_over()
 
     def _require_attached(self, what: str) -> None:
         if not self.is_attached:
@@ -208,8 +173,8 @@ class Session:
     def weights_from_host(self) -> None:
         """Copy every variable's host value to every replica."""
         self._require_attached("weights_from_host")
-        self._state = self._program.with_variables(self._state, _on_device(self._held()))
-        self._host_stale = False
+        self._state = self._program.with_variables(self._state, _on_device(self._host.held()))
+        self._host.stale = False
 
     def weights_to_host(self) -> None:
         """Copy every variable's device value (first replica of each group) to the host.
@@ -222,19 +187,8 @@ class Session:
                 f"(variables {self._read_only_maps})."
             )
         self._require_attached("weights_to_host")
-        values = self._program.read_variables(self._state, list(self._held()))
-        self._set_host({v: dtypes.host_view(a) for v, a in values.items()})
-        self._host_stale = False
-
-    def _set_host(self, values: Mapping[Variable, Array]) -> None:
-        """Replace host values; a memory-mapped one is written into its map, which is flushed."""
-        for var, value in values.items():
-            held = self._host[var]
-            if isinstance(held, np.memmap):
-                held[...] = value
-                held.flush()
-            else:
-                self._host[var] = value
+        self._host.read_back(self._program.read_variables(self._state, list(self._host.held())))
+        self._host.stale = False
 
     def run(
         self, inputs: Mapping[HostToDeviceStream, Any] | None = None, downcast_inputs: bool = True
@@ -250,7 +204,9 @@ class Session:
         self._state = new_state
         if error is not None:
             raise error
-        self._drop_stale()
+        # The host values the devices have moved past are stale, and dropped where the devices hold them alone.
+        self._host.stale = True
+        self._host.hand_over_again()
         layout = self.host_layout
         return {s: dtypes.host_view(layout.from_replica_major(outputs[s.tensor_id])) for s in self._program.d2h}
 
@@ -372,13 +328,12 @@ class Session:
             if arr.shape != var.shape_on_host:
                 raise ValueError(f"Data for {var.id} has shape {arr.shape}, expected {var.shape_on_host}")
             checked[var] = arr.copy()
-        if self.is_attached and self._host_stale:
+        if self.is_attached and self._host.stale:
             self.weights_to_host()
-        self._set_host(checked)
+        self._host.replace(checked)
         if self.is_attached:
             self._state = self._program.with_variables(self._state, _on_device(checked))
-            if self._holds_alone():
-                self._hand_over()
+            self._host.hand_over_again()
 
     def _on_disk(self, value: Array) -> bool:
         """Whether `value` is a view of a file of this Session's disk tier."""
@@ -388,7 +343,7 @@ class Session:
         """Each replica's value of `var`, in replica order (popxl's "all_replicas" retrieval)."""
         if self.is_attached:
             return dtypes.host_view(self._program.replica_rows(self._state, var))
-        held = self._host[var]
+        held = self._host.value(var)
         assert held is not None  # detached: every value is on the host
         return self._program.state.replica_values(var, held)
 
@@ -404,9 +359,9 @@ class Session:
                 out[t] = dtypes.host_view(t.data.copy())
             elif isinstance(t, Variable):
                 t = self._program.state.host_variable(t, "read")
-                if self.is_attached and self._host_stale:
+                if self.is_attached and self._host.stale:
                     self.weights_to_host()
-                held = self._host[t]
+                held = self._host.value(t)
                 if t.retrieval_mode == "all_replicas" and t.replica_grouping.group_size > 1:
                     out[t] = self._every_replica(t)
                 elif held is None:  # held on the devices alone: a new array, the caller's own
@@ -419,39 +374,6 @@ class Session:
             else:
                 raise TypeError(f"Tensor {getattr(t, 'id', t)} is not of type Constant or Variable")
         return out
-
-
-class _Handing:
-    """A Session's host values on their way to its devices at attach (a `Handover`): each value goes as soon
-    as it is placed, so that attaching never holds the whole state twice."""
-
-    # Freed values under glibc's mmap threshold stay in the heap, where the larger arrays placed next cannot
-    # reuse them: they are given back to the OS every this many bytes.
-    GIVE_BACK_EVERY = 64 * 2**20
-
-    def __init__(self, session: Session, values: dict[Variable, Array]) -> None:
-        self.session = session
-        self.values = values
-        self.released = 0
-
-    def releases(self, variable: Variable) -> bool:
-        return self.session._lends(variable)
-
-    def placed(self, variables: list[Variable]) -> None:
-        for v in variables:
-            value = self.values.pop(v, None)
-            if value is not None and self.releases(v):
-                self.released += value.nbytes
-        self.session._hand_over(variables)
-        if self.released >= self.GIVE_BACK_EVERY:
-            fit.give_back_freed_memory()
-            self.released = 0
-
-    def restore(self, values: dict[Variable, Array]) -> None:
-        self.session._set_host({v: dtypes.host_view(a) for v, a in values.items()})
-        for v in values:
-            if v._held_by(self.session):
-                v._give_back(self.session._host[v])  # type: ignore[arg-type]
 
 
 def _on_device(host: Mapping[Variable, Array]) -> dict[Variable, Array]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 
@@ -260,6 +260,15 @@ class Constant(Tensor):
         self.data = data
 
 
+class HostValueHolder(Protocol):
+    """What holds a Variable's host value while a Session's devices hold the value alone: the Session's
+    `popxl.lowering.host_values.HostValues`."""
+
+    def read(self, variable: Variable) -> np.ndarray[Any, Any]:
+        """The current value of `variable`, which the devices hold."""
+        ...
+
+
 class Variable(Tensor):
     """Persistent device state of the main graph, initialised from host data."""
 
@@ -276,8 +285,8 @@ class Variable(Tensor):
         self._group_shape = tuple(data.shape[1:] if replica_grouping.num_groups > 1 else data.shape)
         super().__init__(graph, name, TensorSpec(self._group_shape, dtype, meta_shape))
         self._host_data: np.ndarray[Any, Any] | None = data
-        # The Session that holds the value on its devices alone, while it does (see `Session`).
-        self._holder: weakref.ref[Any] | None = None
+        # What holds the value while a Session's devices hold it alone (see `Session`): weakly, as the Session does.
+        self._holder: weakref.ref[HostValueHolder] | None = None
         self.replica_grouping = replica_grouping
         self.retrieval_mode = retrieval_mode
 
@@ -291,20 +300,20 @@ class Variable(Tensor):
         holder = self._holder()
         if holder is None:
             raise RuntimeError(f"Variable {self.id}: the Session that held its value ended while attached")
-        value: np.ndarray[Any, Any] = holder.get_tensor_data(self)
-        return value
+        return holder.read(self)
 
-    def _lend(self, session: Any) -> None:
-        """Let `session` hold the value on its devices alone: the host data is dropped until `_give_back`."""
-        self._holder = weakref.ref(session)
+    def hand_over(self, holder: HostValueHolder) -> None:
+        """Let `holder` hold the value while a Session's devices hold it alone: the host data is dropped until
+        `take_back`."""
+        self._holder = weakref.ref(holder)
         self._host_data = None
 
-    def _held_by(self, session: Any) -> bool:
-        """Whether `session` holds the value on its devices alone."""
-        return self._holder is not None and self._holder() is session
+    def held_by(self, holder: HostValueHolder) -> bool:
+        """Whether `holder` holds the value (`hand_over`)."""
+        return self._holder is not None and self._holder() is holder
 
-    def _give_back(self, data: np.ndarray[Any, Any]) -> None:
-        """The host value again, from the Session that held it."""
+    def take_back(self, data: np.ndarray[Any, Any]) -> None:
+        """The host value again, from what held it."""
         self._holder = None
         self._host_data = data
 
