@@ -92,6 +92,19 @@ def _answer(secret: bytes, hello: _Hello, kind: str, value: object) -> None:
         hello.conn.send({kind: value, "mac": _wire.sign(secret, kind, hello.nonces, value)})
 
 
+def _not_joined(joined: dict[int, _Hello], num_hosts: int, dropped: int, timeout: float, port: int) -> TimeoutError:
+    """The error naming the hosts that did not join in time, and the connections dropped meanwhile."""
+    missing = [str(h) for h in range(1, num_hosts) if h not in joined]
+    shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+    hint = (
+        f"; {dropped} connection(s) did not prove they hold the launch's secret (is "
+        f"{SECRET_VARIABLE} the same on every host?)"
+        if dropped
+        else ""
+    )
+    return TimeoutError(f"host(s) {shown} did not join within {timeout:g} s at port {port}{hint}")
+
+
 def gather(
     bind_host: str,
     port: int,
@@ -134,15 +147,7 @@ def gather(
         try:
             while len(joined) < num_hosts - 1:
                 if time.monotonic() >= deadline:
-                    missing = [str(h) for h in range(1, num_hosts) if h not in joined]
-                    shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
-                    hint = (
-                        f"; {dropped[0]} connection(s) did not prove they hold the launch's secret (is "
-                        f"{SECRET_VARIABLE} the same on every host?)"
-                        if dropped[0]
-                        else ""
-                    )
-                    raise TimeoutError(f"host(s) {shown} did not join within {timeout:g} s at port {port}{hint}")
+                    raise _not_joined(joined, num_hosts, dropped[0], timeout, port)
                 with contextlib.suppress(queue.Empty):
                     while True:
                         hello = proven.get_nowait()
