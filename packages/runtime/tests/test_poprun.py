@@ -12,7 +12,7 @@ from pathlib import Path
 import popdist
 import popdist.popart
 import pytest
-from popdist import _env, launcher
+from popdist import _env, _start, launcher
 from poprun_helpers import gone, write_program
 
 import popxl
@@ -251,7 +251,7 @@ def test_unreachable_coordinator_times_out(tmp_path: Path) -> None:
             _env.NUM_TOTAL_REPLICAS: "2",
             _env.NUM_LOCAL_REPLICAS: "1",
             _env.REPLICA_INDEX_OFFSET: "1",
-            _env.COORDINATOR_ADDRESS: f"127.0.0.1:{launcher._free_port()}",  # nobody listens there
+            _env.COORDINATOR_ADDRESS: f"127.0.0.1:{_start.free_port()}",  # nobody listens there
             _env.INIT_TIMEOUT: "2",
             "JAX_PLATFORMS": "cpu",
         }

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from popdist import _env, _hosts, launcher
+from popdist import _env, _hosts, _start, _supervise, launcher
 from poprun_helpers import CLUSTER_VARIABLES, clean_env, finish, gone, launchers, write_program
 
 # Bounds for a loaded machine: nothing here may hang.
@@ -134,7 +134,7 @@ def test_two_hosts_share_out_global_instances(tmp_path: Path) -> None:
               "devices", os.environ["JAX_LOCAL_DEVICE_IDS"], "coordinator", os.environ["{_env.COORDINATOR_ADDRESS}"])
         """,
     )
-    port = str(launcher._free_port())
+    port = str(_start.free_port())
     common = ["--num-instances", "4", "--num-replicas", "8", "--host", "127.0.0.1,127.0.0.1", "--init-timeout", "30"]
     procs = launchers(
         [[*common, "--host-index", str(h), "--print-topology", "yes", sys.executable, str(prog)] for h in range(2)],
@@ -161,7 +161,7 @@ def test_two_hosts_share_out_global_instances(tmp_path: Path) -> None:
 def test_two_hosts_under_slurm_run_onewrite_program() -> None:
     # As `srun --ntasks-per-node=1 poprun ...` would on two nodes: SLURM's variables give each poprun its place.
     worker = Path(__file__).with_name("multihost_worker.py")
-    port = str(launcher._free_port())
+    port = str(_start.free_port())
     envs = [
         clean_env(
             SECRET,
@@ -198,7 +198,7 @@ def test_a_failing_instance_on_one_host_stops_every_host(tmp_path: Path) -> None
         time.sleep({QUICK_TIMEOUT_S * 2})
         """,
     )
-    address = f"127.0.0.1:{launcher._free_port()}"
+    address = f"127.0.0.1:{_start.free_port()}"
     common = ["--num-instances", "4", "--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "30"]
     start = time.monotonic()
     results = finish(
@@ -228,7 +228,7 @@ def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
         time.sleep({QUICK_TIMEOUT_S * 2})
         """,
     )
-    address = f"127.0.0.1:{launcher._free_port()}"
+    address = f"127.0.0.1:{_start.free_port()}"
     common = ["--num-instances", "2", "--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "30"]
     procs = launchers(
         [[*common, "--host-index", str(h), sys.executable, str(prog)] for h in range(2)], [clean_env(SECRET)] * 2
@@ -243,7 +243,7 @@ def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
     finally:
         results = finish(procs, QUICK_TIMEOUT_S)
     code, out, err = results[0]
-    assert code == launcher.LAUNCH_FAILED, out + err
+    assert code == _supervise.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == "poprun: lost contact with host 1's poprun; stopped the other instances"
     deadline = time.monotonic() + 10
     while not all(gone(int((tmp_path / f"pid{i}").read_text())) for i in range(2)):
@@ -253,25 +253,25 @@ def test_a_killed_host_stops_the_others(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_unreachable_or_missing_hosts_time_out() -> None:
-    address = f"127.0.0.1:{launcher._free_port()}"  # nobody listens there
+    address = f"127.0.0.1:{_start.free_port()}"  # nobody listens there
     common = ["--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "2", "true"]
     start = time.monotonic()
     results = finish(launchers([["--host-index", "1", *common]], [clean_env(SECRET)]), QUICK_TIMEOUT_S)
     assert time.monotonic() - start < QUICK_TIMEOUT_S
     code, out, err = results[0]
-    assert code == launcher.LAUNCH_FAILED, out + err
+    assert code == _supervise.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == (
         f"poprun: host 1: could not reach host 0's poprun at {address} within 2 s (--init-timeout or "
         f"{_env.INIT_TIMEOUT})"
     )
     results = finish(launchers([["--host-index", "0", *common]], [clean_env(SECRET)]), QUICK_TIMEOUT_S)
     code, out, err = results[0]
-    assert code == launcher.LAUNCH_FAILED, out + err
+    assert code == _supervise.LAUNCH_FAILED, out + err
     assert "poprun: host 0: host(s) 1 did not join within 2 s" in err
 
 
 def test_hosts_given_different_launches_refuse_them() -> None:
-    address = f"127.0.0.1:{launcher._free_port()}"
+    address = f"127.0.0.1:{_start.free_port()}"
     common = ["--num-hosts", "2", "--coordinator-address", address, "--init-timeout", "30"]
     procs = launchers(
         [
@@ -281,5 +281,5 @@ def test_hosts_given_different_launches_refuse_them() -> None:
         [clean_env(SECRET)] * 2,
     )
     for code, out, err in finish(procs, QUICK_TIMEOUT_S):
-        assert code == launcher.LAUNCH_FAILED, out + err
+        assert code == _supervise.LAUNCH_FAILED, out + err
         assert "host 1's poprun was given another launch" in err

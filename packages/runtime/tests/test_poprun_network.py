@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from popdist import _control, _env, _wire, launcher
+from popdist import _control, _env, _start, _supervise, _wire
 from poprun_helpers import POPRUN, clean_env, finish, gone, launchers, write_program
 
 # Bounds for a loaded machine: nothing here may hang.
@@ -123,7 +123,7 @@ def test_two_hosts_survive_port_scans_and_forged_messages(tmp_path: Path) -> Non
         print("index", popdist.getInstanceIndex(), "secret seen", "{_control.SECRET_VARIABLE}" in os.environ)
         """,
     )
-    port = launcher._free_port()
+    port = _start.free_port()
     address = f"127.0.0.1:{port}"
     env = clean_env(**{_control.SECRET_VARIABLE: SECRET})
     rest = ["--num-instances", "2", "--init-timeout", "60", "-vv", sys.executable, str(prog)]
@@ -217,7 +217,7 @@ def test_a_silent_peer_is_lost_and_closing_does_not_wait_for_it() -> None:
 
 @pytest.mark.slow
 def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
-    port = launcher._free_port()
+    port = _start.free_port()
     launch = {"num_hosts": 2, "num_instances": 2, "num_replicas": 2, "ipus_per_replica": 1}
     secret = SECRET.encode()
     result: list[object] = []
@@ -255,7 +255,7 @@ def test_replayed_hello_and_a_wrong_secret_do_not_join(tmp_path: Path) -> None:
 
 
 def test_poprun_needs_a_secret_over_several_hosts() -> None:
-    address = f"127.0.0.1:{launcher._free_port()}"
+    address = f"127.0.0.1:{_start.free_port()}"
     for env, message in [
         (clean_env(), f"a launch over 2 hosts needs a secret that its hosts share: set {_control.SECRET_VARIABLE}"),
         (clean_env(**{_control.SECRET_VARIABLE: "short"}), f"{_control.SECRET_VARIABLE} is too short"),
@@ -286,7 +286,7 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) 
             time.sleep({QUICK_TIMEOUT_S * 2})
         """,
     )
-    address = f"127.0.0.1:{launcher._free_port()}"
+    address = f"127.0.0.1:{_start.free_port()}"
     env = clean_env(**{_control.SECRET_VARIABLE: SECRET})
     rest = ["--num-instances", "2", "--init-timeout", "60", sys.executable, str(prog)]
     procs = launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
@@ -300,7 +300,7 @@ def test_a_silent_host_ends_the_launch_within_30_s(tmp_path: Path, silent: int) 
     finally:
         procs[silent].kill()  # stopped: it would never finish on its own
         finish(procs, QUICK_TIMEOUT_S)
-    assert code == launcher.LAUNCH_FAILED, out + err
+    assert code == _supervise.LAUNCH_FAILED, out + err
     assert err.splitlines()[-1] == (
         f"poprun: lost contact with host {silent}'s poprun after {_wire.SILENCE_S:g} s of silence; "
         "stopped the other instances"
@@ -332,7 +332,7 @@ def test_a_killed_poprun_leaves_no_instance_nor_its_children(tmp_path: Path, hos
     if hosts == 1:
         procs = launchers([rest], [env])
     else:
-        address = f"127.0.0.1:{launcher._free_port()}"
+        address = f"127.0.0.1:{_start.free_port()}"
         procs = launchers([_launch_args(address, h, *rest) for h in range(2)], [env, env])
     files = [tmp_path / f"pids{i}" for i in range(2 * hosts)]
     try:

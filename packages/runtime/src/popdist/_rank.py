@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 from popdist import _mpi
-from popdist.launcher import _die_with_parent
+from popdist._instances import die_with_parent
 
 
 def _connect(path: str, rank: int, kind: str) -> socket.socket:
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stdout=streams[0].fileno(),
             stderr=streams[1].fileno(),
             start_new_session=True,  # poprun stops the instance and its children by this group
-            preexec_fn=_die_with_parent(),  # ends the instance should this process be killed
+            preexec_fn=die_with_parent(),  # ends the instance should this process be killed
         )
     except OSError as e:
         _report(report, {"error": str(e), "code": 127})
