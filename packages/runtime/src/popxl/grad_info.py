@@ -102,7 +102,7 @@ class GradGraphInfo:
     _expected_outputs: list[ExpectedConnection]
     # Forward tensors autodiff was asked for that have no gradient (a called graph's inputs that do not
     # reach its outputs), so that a call asking for them again reuses this graph.
-    _without_gradient: frozenset[Tensor] = frozenset()
+    without_gradient: frozenset[Tensor] = frozenset()
 
     @property
     def expected_inputs(self) -> tuple[ExpectedConnection, ...]:

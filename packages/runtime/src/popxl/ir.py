@@ -11,7 +11,7 @@ from typing import Any
 
 from popxl.graph import Graph, trace
 from popxl.lowering.cache import cache_dir_from_environment
-from popxl.replica_grouping import ReplicaGrouping
+from popxl.replica_grouping import ReplicaGrouping, grouping_from_assignments
 
 
 class SessionOptions:
@@ -202,34 +202,7 @@ class Ir:
         constant stride apart is the same grouping as `replica_grouping(stride, group_size)`, usable
         by collectives; any other serves variables only, as in popxl.
         """
-        assignment = [int(a) for a in assignment]
-        n = self.replication_factor
-        groups = sorted(set(assignment))
-        sizes = {g: assignment.count(g) for g in groups}
-        if len(set(sizes.values())) != 1:
-            raise ValueError(
-                f"All groups should have the same size but they dont. (Group, Sizes): {sorted(sizes.items())}"
-            )
-        if groups != list(range(len(groups))):
-            raise ValueError(
-                f"The group numbers are not numbered consecutively and/or do not start at 0. Groups: {groups}"
-            )
-        if list(dict.fromkeys(assignment)) != groups:
-            raise ValueError(
-                "When ordered by first appearance, the group numbers are not monotonically increasing. "
-                f"Ordering: {list(dict.fromkeys(assignment))}"
-            )
-        if len(assignment) != n:
-            raise ValueError(
-                f"The length of `assignment` ({len(assignment)}) does not equal the number of replicas ({n})."
-            )
-        size = n // len(groups)
-        for stride in range(1, n // size + 1):
-            if (n // size) % stride == 0:
-                candidate = ReplicaGrouping(self, stride, size)
-                if candidate.assignment == assignment:
-                    return candidate
-        return ReplicaGrouping._from_assignment(self, assignment)
+        return grouping_from_assignments(self, assignment)
 
     def __repr__(self) -> str:
         return f"Ir(replication_factor={self._replication_factor}, graphs={len(self.graphs)})"

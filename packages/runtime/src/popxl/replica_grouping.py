@@ -181,3 +181,30 @@ class ReplicaGrouping:
                 f"num_groups={self.num_groups})"
             )
         return f"ReplicaGrouping(assignment={self.assignment})"
+
+
+def grouping_from_assignments(ir: Ir, assignment: list[int]) -> ReplicaGrouping:
+    """`ir.replica_grouping_from_assignments(assignment)`: the assignment checked, as a constant-stride grouping
+    where it is one."""
+    assignment = [int(a) for a in assignment]
+    n = ir.replication_factor
+    groups = sorted(set(assignment))
+    sizes = {g: assignment.count(g) for g in groups}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"All groups should have the same size but they dont. (Group, Sizes): {sorted(sizes.items())}")
+    if groups != list(range(len(groups))):
+        raise ValueError(f"The group numbers are not numbered consecutively and/or do not start at 0. Groups: {groups}")
+    if list(dict.fromkeys(assignment)) != groups:
+        raise ValueError(
+            "When ordered by first appearance, the group numbers are not monotonically increasing. "
+            f"Ordering: {list(dict.fromkeys(assignment))}"
+        )
+    if len(assignment) != n:
+        raise ValueError(f"The length of `assignment` ({len(assignment)}) does not equal the number of replicas ({n}).")
+    size = n // len(groups)
+    for stride in range(1, n // size + 1):
+        if (n // size) % stride == 0:
+            candidate = ReplicaGrouping(ir, stride, size)
+            if candidate.assignment == assignment:
+                return candidate
+    return ReplicaGrouping._from_assignment(ir, assignment)

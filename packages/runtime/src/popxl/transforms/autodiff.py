@@ -128,12 +128,12 @@ def grad_graph(
     activations = sorted(gb.activations, key=lambda t: t.id.encode())
     backward.reorder_inputs(grad_inputs + [gb.activations[t] for t in activations])
     _stitch(forward, activations)
-    expected_inputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in provided] + [
-        ExpectedConnection._create(t, ExpectedConnectionType.Fwd) for t in activations
+    expected_inputs = [ExpectedConnection.create(t, ExpectedConnectionType.FwdGrad) for t in provided] + [
+        ExpectedConnection.create(t, ExpectedConnectionType.Fwd) for t in activations
     ]
-    expected_outputs = [ExpectedConnection._create(t, ExpectedConnectionType.FwdGrad) for t in given]
-    info = GradGraphInfo._create(backward, forward, expected_inputs, expected_outputs)
-    info._without_gradient = frozenset(required) - frozenset(given)
+    expected_outputs = [ExpectedConnection.create(t, ExpectedConnectionType.FwdGrad) for t in given]
+    info = GradGraphInfo.create(backward, forward, expected_inputs, expected_outputs)
+    info.without_gradient = frozenset(required) - frozenset(given)
     called_infos[forward] = info
     return info
 
@@ -146,7 +146,7 @@ def call_grad(gb: GradBuilder, op: Op, out_grads: Sequence[Tensor | None]) -> li
     needed = [sub_inputs[i] for i in wanted]
     # A known gradient graph serves if it gives every needed gradient that exists (extra ones are left unused).
     info = gb.called_infos.get(sub)
-    covered = {id(t) for t in [*info.outputs, *info._without_gradient]} if info is not None else set()
+    covered = {id(t) for t in [*info.outputs, *info.without_gradient]} if info is not None else set()
     if info is None or any(id(t) not in covered for t in needed):
         if not sub.recursive_autodiff:
             missing = "no gradient graph" if info is None else "a gradient graph without all the gradients needed"

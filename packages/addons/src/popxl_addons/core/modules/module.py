@@ -129,8 +129,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
 
     def _reset(self) -> None:
         """Forget the state of the last build (the trees are emptied in place: parents share them)."""
-        self._variable_factories._clear()
-        self._named_inputs._clear()
+        self._variable_factories.clear()
+        self._named_inputs.clear()
         self.called_graphs_grad_info = {}
         self.aux = Aux()
         self.var_grad = VarGrads()
