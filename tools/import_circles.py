@@ -1,4 +1,5 @@
-"""Import circles among the modules of one source folder, for the tests of popxl and of the packages built on it.
+"""Import circles among the modules of one source folder, for the circle test of every package's sources
+(tools/tests/test_import_circles.py).
 
 Every import statement counts, wherever it is (module level, in a function, in a `try:`), except those
 under `if TYPE_CHECKING:`, which never run: an import deferred into a function still ties the two
