@@ -23,7 +23,7 @@ tags of Open MPI's `--tag-output` that PopRun's output carries. When one instanc
 (on every host) are stopped and poprun exits with that instance's exit code, naming it; Ctrl-C (or
 SIGTERM) stops them all.
 
-This module runs those steps in order; each lives in a module of its own: the command line
+poprun's parts live in modules of their own, which `main` here runs in order: the command line
 (`popdist._cli`), the start (`popdist._start`: devices, hosts joined, environments, instances started),
 the output relay (`popdist._output`), the supervision of a running launch (`popdist._supervise`), the
 mpirun job (`popdist._mpijob`) and the instances as processes (`popdist._instances`).
