@@ -2,5 +2,7 @@
 
 `program.Program` is a whole Ir as one jitted step; `interpreter` traces graphs
 op by op; `world` holds the state ops declare they read and write; `replicas`
-and `placement` map replicas onto devices.
+and `placement` map replicas onto devices; `memory_fit` (over `fit`'s arithmetic)
+and `check_program` check a run's memory and indices before it runs;
+`host_values` holds a Session's host values and their custody.
 """

@@ -1,8 +1,5 @@
 """A whole popxl program as one jitted XLA computation over per-replica state."""
 
-# This module is long because Program still holds its memory fit and run-time checks beside the step; the
-# layout issue (40) moves them beside fit.py and into a module of their own.
-
 from __future__ import annotations
 
 import os
@@ -11,21 +8,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-# JAX's dead-code elimination of jaxprs, which cuts the check program from the step's trace, has no public name.
-from jax._src.interpreters import partial_eval
-
-from popxl.errors import OutOfMemoryError, OutOfRangeError
+from popxl.errors import OutOfRangeError
 from popxl.ir import Ir
 from popxl.lowering import disk_tier, fit
 from popxl.lowering.aliasing import Aliasing
 from popxl.lowering.cache import use_engine_cache
+from popxl.lowering.check_program import CheckProgram, has_host_callbacks
 from popxl.lowering.disk_tier import DiskTier
 from popxl.lowering.interpreter import CheckSites, LoweringContext, execute
 from popxl.lowering.memory import Footprint
+from popxl.lowering.memory_fit import MemoryFit
 from popxl.lowering.placement import ReplicaPlacement
 from popxl.lowering.replicas import ReplicaMesh
 from popxl.lowering.state import Handover, State, StateLayout, buffer_key, merged
@@ -40,15 +35,6 @@ HOST_MEMORY = "pinned_host"
 REMOTE_MEMORY_VARIABLE = "POPXL_REMOTE_MEMORY"
 
 _IPU_NAMES = ("ipu_hw", "ipu_model")
-_ADVICE = (
-    "To fit: serialise over more steps (batch_serialise's `steps`) so that each holds a smaller micro-batch, "
-    "run fewer samples per run (num_host_transfers, the micro-batch size), or, on an accelerator, keep remote "
-    'buffers and stream data in host memory (Session(remote_memory="host")).'
-)
-_STATE_ADVICE = (
-    "To fit: fewer or smaller variables and remote buffers (fewer entries, or sharded over replicas), or, on "
-    'an accelerator, remote buffers in host memory (Session(remote_memory="host")).'
-)
 _warned_no_ipu = False
 
 
@@ -102,6 +88,9 @@ class Program:
                 f"{self.replicas}: keep its remote buffers in memory (no remote_dir, POPXL_REMOTE_DIR unset)"
             )
         self._place_replicas(ops, device_desc, replica_mode)
+        # This process's devices: one per local replica, or the one that simulates them all.
+        devices = self.placement.local_replicas if self.replica_devices else 1
+        self.memory_fit = MemoryFit(self.device, devices, self.state, self.disk)
         self.remote_memory = self._remote_memory(remote_memory)
         self._build_step(checks, donate_state is None or donate_state)
 
@@ -232,11 +221,6 @@ class Program:
         outputs = {s.tensor_id: world.host_output(s).values for s in self.d2h}
         return written, outputs, world.check_state
 
-    @property
-    def _devices(self) -> int:
-        """This process's devices: one per local replica, or the one that simulates them all."""
-        return self.placement.local_replicas if self.replica_devices else 1
-
     def init_state(self, host: Mapping[Variable, np.ndarray[Any, Any]], handover: Handover | None = None) -> State:
         """Device state: variables from `host`, remote buffers zeroed (but for remote variables' entries); see
         `StateLayout.initial` for `handover`.
@@ -244,36 +228,9 @@ class Program:
         Refused with `OutOfMemoryError` before anything is allocated where the machine cannot hold it. The host
         values `handover` releases as they are placed count as host memory given back along the way.
         """
-        devices = self._devices
         entries = self.state.sizes(self.buffer_memory_kind, self.placement.local_replicas)
-        held = [fit.Buffer(e.name, e.nbytes // devices, "device" if e.memory_kind is None else "host") for e in entries]
-        allocations = {m: sum(b.nbytes for b in held if b.memory == m) for m in ("device", "host")}
-        # Entries are placed in order, each releasing its variables' host values once placed: host memory
-        # given back for the next. What attaching needs of host memory is its peak, not its sum.
-        on_cpu = self.device.platform == "cpu"  # a CPU device's memory is the host's
-        peak = total = 0
-        for b, e in zip(held, entries):
-            if on_cpu or b.memory == "host":
-                peak = max(peak, total + b.nbytes)
-                releases = [v for v in e.variables if handover is not None and handover.releases(v)]
-                total += b.nbytes - sum(host[v].nbytes for v in releases) // devices
-        credit = sum(b.nbytes for b in held if on_cpu or b.memory == "host") - peak
-        from_device = min(credit, allocations["device"]) if on_cpu else 0
-        allocations["device"] -= from_device
-        allocations["host"] -= credit - from_device
-        what = "Attaching the Session (its variables and remote buffers)"
-        if self.disk is not None:
-            self.disk.check_space()  # before anything is written, as the memory check
-            allocations = self._with_staging(allocations)
-            held.append(fit.Buffer(f"disk tier staging ({self.disk.folder})", self.disk.staging_bytes(), "host"))
-        fit.require_fit(what, self.device, allocations, lambda: held, _STATE_ADVICE, devices)
-        return self._translating_oom(
-            what,
-            allocations,
-            lambda: held,
-            lambda: self.state.initial(host, self.placement, self.buffer_memory_kind, handover),
-            _STATE_ADVICE,
-        )
+        place = lambda: self.state.initial(host, self.placement, self.buffer_memory_kind, handover)  # noqa: E731
+        return self.memory_fit.attach(host, entries, handover, place)
 
     def with_variables(self, state: State, host: Mapping[Variable, np.ndarray[Any, Any]]) -> State:
         """`state` with the given variables replaced from host values."""
@@ -295,17 +252,15 @@ class Program:
         is the one given and there are no outputs)."""
         arguments = self._arguments(state, inputs)
         compiled = self._compile(arguments)
-        self._require_fit(compiled, arguments)
-        failure = self._failed_check(compiled, arguments)
+        hlo = lambda: compiled.step.as_text()  # noqa: E731
+        self.memory_fit.require_run(compiled.footprint, arguments, hlo)
+        failure = None if compiled.checks is None else compiled.checks.failure(arguments)
         if failure is not None:
             return state, {}, failure
         if self.disk is not None:
             self.disk.begin_run()
-        written, outputs = self._translating_oom(
-            "Session.run",
-            self._with_staging(compiled.footprint.allocations()),
-            lambda: self._largest(compiled, arguments),
-            lambda: compiled.step(*arguments),
+        written, outputs = self.memory_fit.running(
+            compiled.footprint, arguments, hlo, lambda: compiled.step(*arguments)
         )[:2]
         # A run returns once the device has finished it, as in popxl, outputs or not, and once what it
         # prints (callbacks to the host, which JAX runs apart from the step) is printed.
@@ -325,46 +280,13 @@ class Program:
             traced = self._step.trace(*arguments)
             executable = traced.lower().compile()
             compiled = _Compiled(traced, executable, Footprint(executable, arguments))
-            compiled.prints = _has_host_callbacks(traced.jaxpr.jaxpr)
+            compiled.prints = has_host_callbacks(traced.jaxpr.jaxpr)
             if self.sites is not None:
-                compiled.checks, compiled.check_inputs = self._check_program(traced, arguments)
-                if not any(compiled.check_inputs):
-                    # Checks that depend on nothing a run is given pass or fail alike in every run.
-                    compiled.static_failure = self._evaluate_checks(compiled, arguments)
+                checks_alone = self.mesh.per_replica(self._split_checks, self.replica_devices)
+                compiled.checks = CheckProgram(traced, arguments, self.sites, self.placement, checks_alone)
             self._compiled[key] = compiled
             fit.give_back_freed_memory()  # what compiling used and freed, before the run needs memory
         return self._compiled[key]
-
-    def _check_program(self, traced: Any, arguments: tuple[Any, ...]) -> tuple[Any, list[bool]]:
-        """The compiled program of the step's checks alone, and which of the flat arguments it takes."""
-        closed = traced.jaxpr
-        checked = [False] * (len(closed.jaxpr.outvars) - len(CheckState._fields)) + [True] * len(CheckState._fields)
-        jaxpr, used = partial_eval.dce_jaxpr(closed.jaxpr, checked)
-        if _has_host_callbacks(jaxpr):
-            # Effects on the host survive dead-code elimination: trace the checks again, without them.
-            closed = jax.jit(self.mesh.per_replica(self._split_checks, self.replica_devices)).trace(*arguments).jaxpr
-            jaxpr, used = partial_eval.dce_jaxpr(closed.jaxpr, True)
-        checks = jax.jit(jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, closed.consts)))
-        return checks.trace(*_taken(arguments, used)).lower().compile(), used
-
-    def _failed_check(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> OutOfRangeError | None:
-        """The first check that fails in a run with these arguments, or None."""
-        if compiled.checks is None:
-            return None
-        static = not any(compiled.check_inputs)
-        failure = compiled.static_failure if static else self._evaluate_checks(compiled, arguments)
-        return None if failure is None else OutOfRangeError(failure)
-
-    def _evaluate_checks(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> str | None:
-        assert self.sites is not None
-        error = CheckState(*compiled.checks(*_taken(arguments, compiled.check_inputs)))
-        codes = self.placement.fetch_all(error.code)
-        if not codes.any():
-            return None
-        replica = int(np.flatnonzero(codes)[0])
-        index = int(self.placement.fetch_all(error.offending)[replica])
-        what = self.sites.message(int(codes[replica]), index)
-        return f"{what} (replica {replica}); nothing was changed"
 
     def _put_inputs(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, jax.Array]:
         # A run's host stream data stays on the host with the remote buffers; each host_load moves one transfer.
@@ -387,66 +309,23 @@ class Program:
     def require_fit(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> None:
         """Raise `OutOfMemoryError` if a run with these inputs would allocate more than the machine has."""
         arguments = self._arguments(state, inputs)
-        self._require_fit(self._compile(arguments), arguments)
-
-    def _with_staging(self, allocations: dict[str, int]) -> dict[str, int]:
-        """`allocations` with the disk tier's staging buffers in host memory (none without a disk tier)."""
-        if self.disk is None:
-            return allocations
-        return {**allocations, "host": allocations.get("host", 0) + self.disk.staging_bytes()}
-
-    def _require_fit(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> None:
-        allocations = self._with_staging(compiled.footprint.allocations())
-        largest = lambda: self._largest(compiled, arguments)  # noqa: E731
-        fit.require_fit("Session.run", self.device, allocations, largest, _ADVICE, self._devices)
-
-    def _largest(self, compiled: _Compiled, arguments: tuple[Any, ...]) -> list[fit.Buffer]:
-        """The largest buffers of a run: its state and stream data by name, and the largest values XLA computes."""
-        written, readonly, inputs = arguments
-        held = [
-            fit.Buffer.of_array(self.state.entry_name(part, key), a)
-            for state in (written, readonly)
-            for part, entries in state.items()
-            for key, a in entries.items()
-        ]
-        held += [fit.Buffer.of_array(f"host stream {k!r} data", a) for k, a in inputs.items()]
-        return held + fit.largest_temporaries(compiled.step.as_text())
-
-    def _translating_oom(
-        self, what: str, allocations: dict[str, int], held: Any, action: Any, advice: str = _ADVICE
-    ) -> Any:
-        """`action()`, with XLA's own out-of-memory error (a GPU's) raised as the same `OutOfMemoryError`."""
-        try:
-            return action()
-        except jax.errors.JaxRuntimeError as e:
-            if "RESOURCE_EXHAUSTED" not in str(e):
-                raise
-            available = fit.device_available(self.device)
-            outcome = "XLA ran out of memory; state the run donated may be lost."
-            message = fit.out_of_memory_message(what, self.device, allocations, available, held, advice, outcome)
-            raise OutOfMemoryError(f"{message}\nXLA: {str(e).splitlines()[0]}") from e
+        compiled = self._compile(arguments)
+        self.memory_fit.require_run(compiled.footprint, arguments, lambda: compiled.step.as_text())
 
     def _arguments(self, state: State, inputs: dict[str, np.ndarray[Any, Any]]) -> tuple[Any, ...]:
         """The step's arguments: the state, and the inputs put where the step reads them (checked to fit first)."""
-        memory = "device" if self.stream_memory_kind is None else "host"
-        devices = self._devices
-        held = [fit.Buffer(f"host stream {k!r} data", a.nbytes // devices, memory) for k, a in inputs.items()]
-        what = "Session.run, placing its host stream data,"
-        allocations = {memory: sum(b.nbytes for b in held)}
-        fit.require_fit(what, self.device, allocations, lambda: held, _ADVICE, devices)
+        self.memory_fit.require_inputs(inputs, "device" if self.stream_memory_kind is None else "host")
         return (*self.state.split(state), self._put_inputs(inputs))
 
 
 class _Compiled:
-    """One layout's traced step, its executable and its check program (with the flat arguments it takes)."""
+    """One layout's traced step, its executable and its check program."""
 
     def __init__(self, traced: Any, step: Any, footprint: Footprint) -> None:
         self.traced = traced
         self.step = step
         self.footprint = footprint
-        self.checks: Any = None
-        self.check_inputs: list[bool] = []
-        self.static_failure: str | None = None
+        self.checks: CheckProgram | None = None
         self.prints = False
 
 
@@ -455,17 +334,6 @@ def _check_ops(ops: list[Op]) -> None:
     for op in ops:
         if op.opdef.check is not None:
             op.opdef.check(op)
-
-
-def _taken(arguments: tuple[Any, ...], used: list[bool]) -> list[Any]:
-    return [a for a, u in zip(jax.tree.leaves(arguments), used, strict=True) if u]
-
-
-def _has_host_callbacks(jaxpr: Any) -> bool:
-    """Whether `jaxpr` or any jaxpr inside it calls back to the host."""
-    if any(eqn.primitive.name in ("debug_callback", "io_callback") for eqn in jaxpr.eqns):
-        return True
-    return any(_has_host_callbacks(sub) for sub in jax.extend.core.subjaxprs(jaxpr))
 
 
 def _unique(items: Any) -> list[Any]:
