@@ -27,6 +27,13 @@ from popxl.extension import (
     register,
 )
 
+__all__ = [
+    "PatternNotAppliedError",
+    "replicated_all_reduce_identical_inputs",
+    "replicated_all_reduce_identical_grad_inputs",
+    "replicated_all_reduce",
+]
+
 SUPPORTED_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
 

@@ -29,6 +29,15 @@ from popxl_addons.collectives.all_reduce_tp import create_all_reduce
 from popxl_addons.core import GraphWithNamedArgs, NamedTensors
 from popxl_addons.core.modules.graph import graph_per_tensor
 
+__all__ = [
+    "replicated_all_gather_strided",
+    "replicated_all_reduce_strided",
+    "replicated_all_reduce_strided_identical_inputs",
+    "replicated_all_reduce_strided_identical_grad_inputs",
+    "replicated_all_reduce_strided_graph",
+    "replicated_reduce_scatter_strided",
+]
+
 STRIDED_OPS = ("add", "mean")
 _KIND = "replicated_all_reduce_strided"
 

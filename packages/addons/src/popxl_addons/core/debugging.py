@@ -14,6 +14,8 @@ from typing import Any, Literal
 import popxl
 from popxl import ops
 
+__all__ = ["print_tensor", "print_text"]
+
 Level = Literal["TRACE", "DEBUG", "INFO", "WARN"]
 LEVELS: dict[str, int] = {"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3}
 

@@ -12,6 +12,8 @@ from popxl import ops
 from popxl_addons.core.modules.module import Module
 from popxl_addons.core.modules.variable_factory import Filled
 
+__all__ = ["AdamOptimizerStep"]
+
 
 class AdamOptimizerStep(Module):
     """One Adam step on `var` from `grad`, its moments (and step count) as the module's variables.

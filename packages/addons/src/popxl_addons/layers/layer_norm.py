@@ -12,6 +12,8 @@ from popxl import ops
 from popxl.utils import to_numpy
 from popxl_addons.core import Module, NamedTensors, WeightsDict
 
+__all__ = ["LayerNorm"]
+
 
 class LayerNorm(Module):
     """Normalise each row of an (N, C) input, then scale by `weight` and shift by `bias`."""

@@ -11,6 +11,8 @@ import popxl
 from popxl_addons.core import Module
 from popxl_addons.layers.init import TruncatedNormal
 
+__all__ = ["Linear"]
+
 
 class Linear(Module):
     """A dense layer with a (in, out) weight and an optional (out,) bias.

@@ -9,6 +9,8 @@ import numpy as np
 import popxl
 from popxl_addons.core import Module
 
+__all__ = ["Scale"]
+
 
 class Scale(Module):
     """`x * scale` with a variable `scale` shaped like `x`, every element starting at 2."""

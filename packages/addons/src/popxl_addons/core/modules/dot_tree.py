@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+__all__ = ["DotTree", "sanitise", "to_mapping"]
+
 V = TypeVar("V")
 K = TypeVar("K")
 T = TypeVar("T", bound="DotTree[Any]")

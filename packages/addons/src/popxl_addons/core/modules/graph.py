@@ -14,6 +14,8 @@ from popxl_addons.core.modules.building import Aux
 from popxl_addons.core.modules.graph_common import CalledGraphsGradInfoLike, normalise_called_graphs_grad_info
 from popxl_addons.core.modules.named_tensors import NamedTensors
 
+__all__ = ["BoundGraph", "GraphWithNamedArgs", "GradGraphBuilder"]
+
 
 class BoundGraph:
     """A graph with some inputs already connected to tensors of the calling graph."""

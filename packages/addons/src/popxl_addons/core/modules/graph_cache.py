@@ -21,6 +21,8 @@ import popxl
 from popxl import ops
 from popxl_addons.core.modules.graph import BoundGraph, GraphWithNamedArgs
 
+__all__ = ["GraphCache", "bound_arguments", "tensor_hash", "argument_hash", "get_function_hash", "function"]
+
 
 def bound_arguments(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """The arguments of calling `fn(*args, **kwargs)` by parameter name, defaults included; a method's (or a

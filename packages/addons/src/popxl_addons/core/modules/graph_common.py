@@ -14,6 +14,8 @@ from typing import Protocol, TypeAlias
 import popxl
 from popxl.transforms import GradGraphInfo
 
+__all__ = ["GraphLike", "GradGraphInfoLike", "CalledGraphsGradInfoLike", "CalledGraphsGradInfo"]
+
 
 class HasGraph(Protocol):
     """A wrapper of a graph: `GraphWithNamedArgs`, `BoundGraph`."""

@@ -33,6 +33,8 @@ from popxl_addons.core.modules.variable_factory import (
     add_variable_input,
 )
 
+__all__ = ["Module", "NameScopeMeta", "create_grad_graph_info"]
+
 GradInliningError = Literal["error", "warning", "none"]
 
 

@@ -9,6 +9,16 @@ from collections.abc import Iterable
 import popxl
 from popxl_addons.core.modules.dot_tree import DotTree
 
+__all__ = [
+    "NamedReplicaGrouping",
+    "fill_none_group",
+    "get_instance_replica_grouping",
+    "is_cross_instance",
+    "get_ild_size_from_popdist",
+    "get_ild_replica_grouping",
+    "is_cross_ild",
+]
+
 
 class NamedReplicaGrouping(DotTree[popxl.ReplicaGrouping]):
     """A DotTree of replica groupings."""

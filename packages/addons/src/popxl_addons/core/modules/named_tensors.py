@@ -9,6 +9,8 @@ import popxl
 from popxl import ops
 from popxl_addons.core.modules.dot_tree import DotTree
 
+__all__ = ["NamedTensors", "TensorMap", "print_named_tensors"]
+
 # popxl-addons' name for a tensor-to-tensor mapping (what `NamedTensors.remap` takes).
 TensorMap: TypeAlias = Mapping[popxl.Tensor, popxl.Tensor]
 

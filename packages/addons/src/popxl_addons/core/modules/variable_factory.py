@@ -16,6 +16,14 @@ from popxl_addons.core.modules.dot_tree import DotTree
 from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.modules.named_tensors import NamedTensors
 
+__all__ = [
+    "VariableFactory",
+    "NamedVariableFactories",
+    "add_variable_input",
+    "add_replica_sharded_variable_input",
+    "host_scalar_tensor_types",
+]
+
 # The host values a factory takes (popxl-addons' `host_scalar_tensor_types`: Python and NumPy scalars and
 # NumPy arrays; popxl-addons adds torch tensors, which this project's factories do not take).
 host_scalar_tensor_types: tuple[type, ...] = (float, int, bool, np.number, np.bool_, np.ndarray)

@@ -13,6 +13,17 @@ from popxl_addons.core.modules.graph import GraphWithNamedArgs
 from popxl_addons.core.modules.named_tensors import NamedTensors
 from popxl_addons.core.modules.variable_factory import NamedVariableFactories
 
+__all__ = [
+    "load_remote_graph",
+    "store_remote_graph",
+    "named_buffers",
+    "named_variable_buffers",
+    "create_remote_buffer",
+    "NamedRemoteBuffers",
+    "load_remote",
+    "store_remote",
+]
+
 
 class NamedRemoteBuffers(DotTree[popxl.RemoteBuffer]):
     """Remote buffers under the names of the tensors or variables they hold."""

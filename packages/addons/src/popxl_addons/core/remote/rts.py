@@ -10,6 +10,15 @@ from popxl_addons.core.modules.graph import GraphWithNamedArgs, graph_per_tensor
 from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.core.modules.named_tensors import NamedTensors
 
+__all__ = [
+    "all_gather_replica_sharded_graph",
+    "reduce_replica_sharded_graph",
+    "reduce_replica_sharded_tensor",
+    "gather_replica_sharded_tensor",
+    "replica_sharded_spec",
+    "gather_replica_sharded",
+]
+
 
 def replica_sharded_spec(t: popxl.Tensor, shard_over: popxl.ReplicaGrouping) -> popxl.TensorSpec:
     """The spec of one replica's 1-D shard of `t` over `shard_over` (`t`'s own spec if it cannot be sharded)."""

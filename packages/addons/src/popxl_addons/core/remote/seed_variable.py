@@ -5,6 +5,8 @@ from __future__ import annotations
 import popxl
 from popxl.extension import loaded_variable
 
+__all__ = ["seed_variable"]
+
 
 def seed_variable(
     seed: int, replica_grouping: popxl.ReplicaGrouping | None = None

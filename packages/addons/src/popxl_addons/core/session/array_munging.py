@@ -7,6 +7,23 @@ from typing import Any, Literal
 
 import numpy as np
 
+__all__ = [
+    "shard",
+    "unshard_arrays",
+    "unshard",
+    "repeat",
+    "repeat_axis",
+    "split2D",
+    "shard2D",
+    "unshard2D",
+    "repeat_shard",
+    "tensor_parallel_input",
+    "pad_axis",
+    "squeeze_safe",
+    "handle_negative_axis",
+    "tensor_parallel_output",
+]
+
 Array = np.ndarray[Any, Any]
 
 

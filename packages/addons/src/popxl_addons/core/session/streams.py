@@ -11,6 +11,8 @@ import popxl
 from popxl import ops
 from popxl.utils import to_numpy
 
+__all__ = ["InputStreams", "OutputStreams", "host_load", "host_store"]
+
 S = TypeVar("S", popxl.HostToDeviceStream, popxl.DeviceToHostStream)
 
 

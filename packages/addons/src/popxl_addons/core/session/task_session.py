@@ -63,6 +63,8 @@ from popxl_addons.core.modules.dot_tree import DotTree
 from popxl_addons.core.modules.named_tensors import NamedTensors
 from popxl_addons.core.session.streams import InputStreams, OutputStreams
 
+__all__ = ["TaskSession", "write_variables_pb", "NamedTensorData", "initialise_memmap_dir_from_checkpoint"]
+
 ReportMissing = Literal["none", "warn", "error"]
 _SESSION_FILE = "session_info.json"
 _DATALOADER_FILE = "dataloader.bin"

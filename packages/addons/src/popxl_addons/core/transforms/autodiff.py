@@ -18,6 +18,8 @@ from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGroupin
 from popxl_addons.core.modules.named_tensors import NamedTensors
 from popxl_addons.core.modules.variable_factory import NamedVariableFactories, VariableFactory
 
+__all__ = ["autodiff", "autodiff_with_accumulation"]
+
 
 def autodiff(
     graph: GraphWithNamedArgs | popxl.Graph,

@@ -7,6 +7,8 @@ from enum import Enum
 import popxl
 from popxl_addons.core.modules.autodiff_patterns import apply_op_to_identity
 
+__all__ = ["apply_pre_alias_patterns", "patterns_level", "PatternsLevel"]
+
 
 class PatternsLevel(Enum):
     """popart's pattern levels (`popart.PatternsLevel`): how many of its graph rewrites to run."""

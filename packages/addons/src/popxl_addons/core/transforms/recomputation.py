@@ -6,6 +6,8 @@ import popxl
 from popxl.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from popxl_addons.core.modules.graph import BoundGraph, GraphWithNamedArgs
 
+__all__ = ["add_recompute_inputs", "recompute_graph"]
+
 
 def add_recompute_inputs(
     grad_info: GradGraphInfo,

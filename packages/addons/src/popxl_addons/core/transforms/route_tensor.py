@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import popxl
 
+__all__ = ["route_tensor_into_graph", "is_subgraph"]
+
 
 def is_subgraph(parent: popxl.Graph, subgraph: popxl.Graph) -> bool:
     """Whether `subgraph` is `parent` or a graph `parent` runs, directly or not."""
