@@ -12,19 +12,14 @@ a bounded set of staging buffers on a small thread pool:
   loaded), from a read started earlier, or read there and then;
 - the program's loads and stores are taken one at a time, whichever of XLA's
   threads calls them;
-- reads start ahead of their loads: a run's loads and stores are recorded, and the next
-  run, whose program is the same, reads ahead along that record, as far as
-  the read staging bound allows. A first run guesses each buffer's next entry
-  from its last step (phased programs walk layers in order, then back).
+- reads start ahead of their loads, along the last run's loads
+  (`disk_schedule`), as far as the read staging bound allows.
 
-Staging buffers are the process's only memory for disk-tier state: the files
-bypass the page cache. A run marks the files it writes "dirty" and commits
-them (checksums, "clean") when it ends, after every write has reached the
-disk.
+Staging buffers (`disk_staging`) are the process's only memory for disk-tier
+state: the files bypass the page cache. A run marks the files it writes
+"dirty" and commits them (checksums, "clean") when it ends, after every write
+has reached the disk.
 """
-
-# This module is long because its reading ahead, writing behind and staging share one lock and one schedule,
-# and splitting them would pass that state between modules; the layout issue (40) may still part the pool out.
 
 from __future__ import annotations
 
@@ -40,11 +35,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from popxl.lowering.remote_file import RemoteFile, RemoteFileError, aligned_buffer, free_bytes
+from popxl.lowering.disk_schedule import Key, ReadAheadSchedule
+from popxl.lowering.disk_staging import Read, StagingPool
+from popxl.lowering.remote_file import RemoteFile, RemoteFileError, free_bytes
 from popxl.remote_buffer import RemoteBuffer
 
 Array = np.ndarray[Any, Any]
-Key = tuple[int, int]
 
 # Chooses the folder of the disk tier for every Session that is not given one, as POPXL_CACHE_DIR the cache's.
 REMOTE_DIR_VARIABLE = "POPXL_REMOTE_DIR"
@@ -55,8 +51,6 @@ DEFAULT_STAGING = 512 * 2**20
 # behind writes.
 READERS = 4
 WRITERS = 2
-# How far along the recorded loads reads may start, in loads.
-LOOKAHEAD = 64
 
 
 class RemoteIOEvent(NamedTuple):
@@ -72,38 +66,6 @@ class RemoteIOEvent(NamedTuple):
     nbytes: int
 
 
-class _Read:
-    """A read of one entry under way or done, into its staging buffer."""
-
-    def __init__(self, staging: Array, future: Future[None]) -> None:
-        self.staging = staging
-        self.future = future
-
-
-class _Pool:
-    """Reusable aligned staging buffers by size, keeping at most `keep` bytes of idle ones."""
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self.idle: dict[int, list[Array]] = collections.defaultdict(list)
-        self.idle_bytes = 0
-        self.lock = threading.Lock()
-
-    def take(self, nbytes: int) -> Array:
-        with self.lock:
-            free = self.idle[nbytes]
-            if free:
-                self.idle_bytes -= nbytes
-                return free.pop()
-        return aligned_buffer(nbytes)
-
-    def give(self, staging: Array) -> None:
-        with self.lock:
-            if self.idle_bytes + staging.size <= self.keep:
-                self.idle[staging.size].append(staging)
-                self.idle_bytes += staging.size
-
-
 class DiskTier:
     """The files of one program's disk-resident remote buffers in `folder`, and their staging.
 
@@ -116,26 +78,20 @@ class DiskTier:
         self.staging = staging
         self.files: dict[int, RemoteFile] = {}
         self._layouts: dict[int, RemoteFile] = {}
-        self._pool = _Pool(2 * staging)
+        self._pool = StagingPool(2 * staging)
         self._executor: ThreadPoolExecutor | None = None
         self._writers: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         # XLA runs callbacks of independent buffers on threads of its own, at once: one at a time here, so that
         # a read started ahead never misses a store under way on another thread (it would read the old entry).
         self._calls = threading.Lock()
-        self._reads: collections.OrderedDict[Key, _Read] = collections.OrderedDict()
+        self._reads: collections.OrderedDict[Key, Read] = collections.OrderedDict()
         self._writes: dict[Key, tuple[Array, Future[None]]] = {}
         self._write_order: collections.deque[Key] = collections.deque()
         self._errors: list[BaseException] = []
         self._dirty: set[int] = set()
         self._in_run = False
-        # The run's loads and stores in order, ("load" or "store", key): the last run's is the schedule.
-        self._schedule: list[tuple[str, Key]] = []
-        self._position = 0
-        self._recorded: list[tuple[str, Key]] = []
-        self._last_load: Key | None = None
-        self._last: dict[int, int] = {}
-        self._step: dict[int, int] = {}
+        self._schedule = ReadAheadSchedule()
         self.events: list[RemoteIOEvent] | None = None
 
     # -- files ------------------------------------------------------------------------------------------
@@ -212,9 +168,7 @@ class DiskTier:
 
     def begin_run(self) -> None:
         """A run starts: its loads and stores are recorded, reads ahead follow the last run's."""
-        self._recorded = []
-        self._position = 0
-        self._last_load = None
+        self._schedule.begin_run()
         self._in_run = True
         self._prefetch()
 
@@ -223,8 +177,7 @@ class DiskTier:
         self._drain()
         self.commit()
         self._in_run = False
-        if self._recorded:
-            self._schedule = self._recorded
+        self._schedule.end_run()
         self._raise_errors()
 
     def _drain(self) -> None:
@@ -260,7 +213,7 @@ class DiskTier:
         self._raise_errors()
         key = (bid, int(index))
         file = self.files[bid]
-        self._record("load", key)
+        self._schedule.record("load", key)
         written = self._writes.get(key)
         if written is not None:
             value = file.entry(written[0]).copy()
@@ -291,7 +244,7 @@ class DiskTier:
         self._raise_errors()
         key = (bid, int(index))
         file = self.files[bid]
-        self._record("store", key)
+        self._schedule.record("store", key)
         with self._lock:
             stale = self._reads.pop(key, None)
         if stale is not None:  # read before this store: its data is given up once it has landed
@@ -334,46 +287,10 @@ class DiskTier:
 
     # -- reading ahead ------------------------------------------------------------------------------------
 
-    def _record(self, kind: str, key: Key) -> None:
-        self._recorded.append((kind, key))
-        if kind == "load":
-            bid, index = key
-            if bid in self._last and index != self._last[bid]:
-                self._step[bid] = index - self._last[bid]
-            self._last[bid] = index
-            self._last_load = key
-        schedule = self._schedule
-        if self._position < len(schedule) and schedule[self._position] == (kind, key):
-            self._position += 1
-            return
-        window = schedule[self._position : self._position + 4 * LOOKAHEAD]
-        if (kind, key) in window:
-            self._position += window.index((kind, key)) + 1
-
-    def _upcoming(self) -> list[Key]:
-        """The next loads, along the schedule: those of entries no store comes before (a read of one would be
-        given up)."""
-        if self._schedule:
-            stored: set[Key] = set()
-            loads: list[Key] = []
-            for kind, key in self._schedule[self._position : self._position + 4 * LOOKAHEAD]:
-                if kind == "store":
-                    stored.add(key)
-                elif key not in stored and key not in loads:
-                    loads.append(key)
-                    if len(loads) == LOOKAHEAD:
-                        break
-            return loads
-        if not self._recorded or self._last_load is None:
-            return []
-        bid, index = self._last_load
-        guess = index + self._step.get(bid, 1)
-        return [(bid, guess)] if 0 <= guess < self.files[bid].entries else []
-
     def _prefetch(self) -> None:
         if self._executor is None:
             return
-        upcoming = self._upcoming()
+        upcoming = self._schedule.upcoming(lambda bid: self.files[bid].entries)
         wanted = set(upcoming)
         need = self.files[upcoming[0][0]].stride if upcoming else 0
         with self._lock:
@@ -395,11 +312,11 @@ class DiskTier:
                 self._reads[key] = read
             ahead += stride
 
-    def _start_read(self, key: Key) -> _Read:
+    def _start_read(self, key: Key) -> Read:
         file = self.files[key[0]]
         staging = self._pool.take(file.stride)
         assert self._executor is not None
-        return _Read(staging, self._executor.submit(self._timed, "read", key, file.read_into, key[1], staging))
+        return Read(staging, self._executor.submit(self._timed, "read", key, file.read_into, key[1], staging))
 
     def _timed(self, kind: str, key: Key, action: Any, index: int, staging: Array) -> None:
         # An entry never written reads as zeros without the disk: no event.
