@@ -8,10 +8,13 @@ a leading layer axis), as a JAX model of many layers is usually written: it comp
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
+
+if TYPE_CHECKING:  # the example's model config; importing it would set up JAX's CPU devices
+    from gpt_model import Config
 
 Params = dict[str, jax.Array]
 AdamState = tuple[Params, Params, jax.Array]
@@ -26,22 +29,7 @@ LAYER_WEIGHTS = {
 }  # fmt: skip
 
 
-class ModelConfig(Protocol):
-    """What the JAX model takes of the example's `Config`."""
-
-    vocab: int
-    width: int
-    heads: int
-    layers: int
-    sequence: int
-    lr: float
-    clip: float
-
-    @property
-    def loss_scaling(self) -> float: ...
-
-
-def layer_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+def layer_shapes(config: Config) -> dict[str, tuple[int, ...]]:
     """The shape of each weight of one decoder layer."""
     w = config.width
     shapes = {"qkv.weight": (w, 3 * w), "qkv.bias": (3 * w,), "out.weight": (w, w), "up.weight": (w, 4 * w)}
@@ -49,7 +37,7 @@ def layer_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {name: shapes.get(name.split(".", 1)[1], (w,)) for name in LAYER_WEIGHTS}
 
 
-def parameters(config: ModelConfig) -> int:
+def parameters(config: Config) -> int:
     """The model's parameter count."""
     per_layer = sum(math.prod(s) for s in layer_shapes(config).values())
     return (
@@ -60,7 +48,7 @@ def parameters(config: ModelConfig) -> int:
     )
 
 
-def init_stacked(key: jax.Array, config: ModelConfig, dtype: Any, std: float = 0.02) -> Params:
+def init_stacked(key: jax.Array, config: Config, dtype: Any, std: float = 0.02) -> Params:
     """Random weights with the layers stacked (`layers.<name>`), made on the default device."""
     keys = iter(jax.random.split(key, 3 + len(LAYER_WEIGHTS)))
     w, n = config.width, config.layers
@@ -115,7 +103,7 @@ def _prefixed(p: Params, prefix: str) -> Params:
     return {k.removeprefix(prefix): v for k, v in p.items() if k.startswith(prefix)}
 
 
-def loss(p: Params, tokens: jax.Array, labels: jax.Array, config: ModelConfig) -> jax.Array:
+def loss(p: Params, tokens: jax.Array, labels: jax.Array, config: Config) -> jax.Array:
     """Mean next-token cross-entropy (float32) of one micro-batch: (micro, sequence) tokens, flat labels."""
     micro, seq = tokens.shape
     x = p["embeddings.word.weight"][tokens] + p["embeddings.positional"]
@@ -132,7 +120,7 @@ def loss(p: Params, tokens: jax.Array, labels: jax.Array, config: ModelConfig) -
 
 
 def train_step(
-    p: Params, adam: AdamState, tokens: jax.Array, labels: jax.Array, config: ModelConfig
+    p: Params, adam: AdamState, tokens: jax.Array, labels: jax.Array, config: Config
 ) -> tuple[Params, AdamState, jax.Array]:
     """One training step: the mean loss-scaled gradient over the micro-batches (a scan), then the clipped Adam."""
     scale = config.loss_scaling

@@ -45,8 +45,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-
 from common import add_out_option, machine_matmul_rate, matmul_flops, save
 from disk_figures import disk_bandwidth, io_counters, plot_timeline, tier_bytes, timeline, write_trace
 
@@ -87,7 +85,7 @@ class Spec:
 
 
 def _config(spec: Spec) -> Any:
-    from gpt_phased import Config
+    from gpt_model import Config
 
     layers, width, heads = spec.shape
     return Config(
@@ -148,10 +146,11 @@ def phased_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
     """Build, attach, compile and run the phased program; its figures."""
     import numpy as np
     from gpt_jax import parameters
-    from gpt_phased import phased_program
+    from gpt_model import phased_program
 
     import popxl
-    from popxl.lowering.fit import format_bytes, host_available
+    from popxl.lowering.fit import host_available
+    from popxl.units import format_bytes
 
     config = _config(spec)
     itemsize = config.dtype.as_numpy().itemsize
@@ -231,8 +230,8 @@ def jax_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
     from gpt_jax import adam_state, init_stacked, parameters, train_step
 
     import popxl
-    from popxl.lowering.fit import device_available, format_bytes, host_available
-    from popxl.lowering.memory import memory_figures
+    from popxl.lowering.fit import device_available, host_available
+    from popxl.units import format_bytes, memory_figures
 
     config = _config(spec)
     dtype = config.dtype.as_numpy()
@@ -357,7 +356,7 @@ def sweep(
 
 
 def _bytes(n: float | None) -> str:
-    from popxl.lowering.fit import format_bytes
+    from popxl.units import format_bytes
 
     return "-" if n is None else format_bytes(n)
 

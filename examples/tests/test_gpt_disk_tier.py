@@ -7,21 +7,17 @@ phased program keeps to the un-phased one (`test_gpt_phased.py`), which differs 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gpt_phased import (  # sets jax_num_cpu_devices to 8 when JAX is not initialised yet
+from gpt_model import (  # sets jax_num_cpu_devices to 8 when JAX is not initialised yet
     Config,
-    _phased_variable,
     initial_weights,
     phased_feeds,
     phased_program,
+    phased_variable,
     synthetic_batches,
 )
 
@@ -33,7 +29,7 @@ def _train(config: Config, remote_dir: Path | None) -> tuple[list[float], dict[s
     ir, streams, stages = phased_program(config)
     session = popxl.Session(ir, "cpu", remote_dir=remote_dir)
     start = initial_weights(config)
-    session.write_variables_data({_phased_variable(stages, n): v for n, v in start.items()})
+    session.write_variables_data({phased_variable(stages, n): v for n, v in start.items()})
     losses = []
     with session:
         for tokens, labels in synthetic_batches(config):

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from jax.extend.core import jaxprs_in_params
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from gpt_phased import (  # sets jax_num_cpu_devices to 8 when JAX is not initialised yet
+from gpt_model import (  # sets jax_num_cpu_devices to 8 when JAX is not initialised yet
     Config,
     make_session,
     phased_feeds,
@@ -20,6 +14,7 @@ from gpt_phased import (  # sets jax_num_cpu_devices to 8 when JAX is not initia
     synthetic_batches,
     train,
 )
+from jax.extend.core import jaxprs_in_params
 
 
 def test_float16_phased_losses_match_unphased_fall_and_stay_finite() -> None:
