@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import popxl
 from popxl.op import REGISTRY, OpDef
-from popxl.test_util import runtime_op_kinds
+from popxl.op_contract import runtime_op_kinds
 
 # popxl's public names, as its `popxl.ops`, `popxl.ops.collectives` and `popxl.ops.var_updates` export them.
 POPXL_OPS: dict[str, list[str]] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from popxl.test_util import runtime_op_kinds
+from popxl.op_contract import runtime_op_kinds
 from tools.op_table import markdown
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "ops.md"

@@ -7,7 +7,7 @@ import numpy as np
 
 import popxl
 from popxl.op import REGISTRY
-from popxl.test_util import OpExample, check_op
+from popxl.op_contract import OpExample, check_op
 from popxl_addons.collectives.all_reduce_tp import ALL_REDUCE_TP
 
 

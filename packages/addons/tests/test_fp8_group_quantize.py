@@ -14,7 +14,7 @@ import pytest
 import popxl
 import popxl_addons as addons
 from popxl.op import REGISTRY
-from popxl.test_util import OpExample, check_op, float16_errors
+from popxl.op_contract import OpExample, check_op, float16_errors
 from popxl_addons.core import (
     fp8_amax_scale,
     fp8_mse_scale,

@@ -13,7 +13,7 @@ import pytest
 import popxl
 import popxl_addons as addons
 from popxl.op import REGISTRY
-from popxl.test_util import OpExample, check_op, float16_errors
+from popxl.op_contract import OpExample, check_op, float16_errors
 from popxl_addons.core.ops.cross_entropy import cross_entropy, cross_entropy_with_grad
 from popxl_addons.core.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.core.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables

@@ -15,7 +15,7 @@ import popxl
 import popxl_addons as addons
 import popxl_addons.collectives
 from popxl.op import REGISTRY
-from popxl.test_util import OpExample, check_op, float16_errors
+from popxl.op_contract import OpExample, check_op, float16_errors
 from popxl_addons.collectives import LayerNormDistributed, layer_norm_distributed
 
 RNG = np.random.default_rng(21)

@@ -12,7 +12,7 @@ import pytest
 import popxl
 import popxl_addons as addons
 from popxl.op import REGISTRY
-from popxl.test_util import OpExample, check_op, float16_errors
+from popxl.op_contract import OpExample, check_op, float16_errors
 from popxl_addons.core import dense_const_sparse_matmul, linear_layout, random_sparse
 
 RNG = np.random.default_rng(5)

@@ -18,8 +18,8 @@ import pytest
 import popxl
 from popxl import ops
 from popxl.op import REGISTRY, OpDef, register
+from popxl.op_contract import OpExample, float16_errors
 from popxl.opdefs.common import like_input, vjp_grad
-from popxl.test_util import OpExample, float16_errors
 from popxl.transforms import autodiff
 
 Array = np.ndarray[Any, Any]

@@ -18,7 +18,7 @@ import pytest
 import popxl
 from popxl import ops
 from popxl.op import REGISTRY
-from popxl.test_util import (
+from popxl.op_contract import (
     OpExample,
     check_flops,
     check_gradient,

@@ -1,4 +1,5 @@
-"""Holding an op kind to its registry declaration, for the registry sweep tests of popxl and its extensions.
+"""The op-contract kit: holding an op kind to its registry declaration, for the registry sweep tests of popxl and
+its extensions.
 
 `check_op(opdef, example)` checks one application of an op kind:
 
