@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -28,11 +30,12 @@ from jax.ad_checkpoint import checkpoint_name
 
 import popxl
 from popxl import ops
-from popxl.lowering.memory import memory_figures
+from popxl.units import memory_figures
 from popxl_addons.core import IO_MODES, Module
-from popxl_addons.core.planning import Serialisation, StepOptions, build_training_step
+from popxl_addons.core.training import Serialisation, StepOptions, build_training_step
 
 MiB = 2**20
+Array = np.ndarray[Any, Any]
 
 
 class MLP(Module):
@@ -64,7 +67,7 @@ def popxl_program(width: int, layers: int, micro: int, steps: int, io_mode: str 
 
 def _mlp(params: list[tuple[jax.Array, jax.Array]], x: jax.Array) -> jax.Array:
     for w, b in params:
-        x = jax.nn.gelu(checkpoint_name(x, "activation") @ w + b, approximate=True)
+        x = jax.nn.gelu(checkpoint_name(x, "activation") @ w + b, approximate=True)  # type: ignore[no-untyped-call]
     return x
 
 
@@ -94,7 +97,7 @@ def offloaded(model: Callable[[Any, jax.Array], jax.Array]) -> Callable[[Any, ja
 
     def run(params: Any, xs: jax.Array, dys: jax.Array) -> Any:
         def forward(p: Any) -> jax.Array:
-            _, ys = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)
+            ys: jax.Array = jax.lax.scan(lambda c, x: (c, step(p, x)), None, xs)[1]
             return ys
 
         _, pullback = jax.vjp(forward, params)
@@ -113,7 +116,11 @@ def jax_program(
 ) -> tuple[Callable[[], Any], dict[str, int]]:
     """A run of `fn` jitted, and its memory figures."""
     compiled = jax.jit(fn).lower(params, xs, dys).compile()
-    return (lambda: jax.block_until_ready(compiled(params, xs, dys))), memory_figures(compiled, (params, xs, dys))
+
+    def run() -> Any:
+        return jax.block_until_ready(compiled(params, xs, dys))  # type: ignore[no-untyped-call]
+
+    return run, memory_figures(compiled, (params, xs, dys))
 
 
 def store_cost(width: int, micro: int, steps: int, repeats: int, checks: bool, device: str) -> float:
@@ -138,7 +145,8 @@ def _mib(figures: dict[str, int]) -> str:
     return f"{figures['device_bytes'] / MiB:7.1f} / {figures['host_bytes'] / MiB:7.1f}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--width", type=int, default=1024, help="MLP width")
     p.add_argument("--layers", type=int, default=8, help="MLP layers")
@@ -154,102 +162,155 @@ def main() -> None:
         help="loop lengths (and buffer entries) for the per-store cost",
     )
     add_out_option(p)
-    args = p.parse_args()
-    rng = np.random.default_rng(0)
-    width, layers, batch = args.width, args.layers, args.batch
-    ws = [rng.normal(0, width**-0.5, (width, width)).astype(np.float32) for _ in range(layers)]
-    bs = [rng.normal(0, 0.1, (width,)).astype(np.float32) for _ in range(layers)]
-    x = rng.normal(size=(batch, width)).astype(np.float32)
-    dy = rng.normal(size=(batch, width)).astype(np.float32)
-    target = jax.devices(args.device)[0]
-    params = jax.device_put([(w, b) for w, b in zip(ws, bs)], target)
-    figures: dict[str, Any] = {
-        "device": str(target),
-        "width": width,
-        "layers": layers,
-        "batch": batch,
-        "runs": [],
-        "store_cost": [],
-    }
+    return p.parse_args()
 
-    def session_for(io_mode: str | None, steps: int, memory: str, checks: bool) -> tuple[popxl.Session, Any, Any]:
-        micro = batch // steps if io_mode else batch
-        ir, (hx, hdy), (weights, accums) = popxl_program(width, layers, micro, steps, io_mode)
-        session = popxl.Session(ir, args.device, remote_memory=memory, checks=checks)
+
+# An attached Session, its host data for one run and the gradient accumulators it fills.
+Attached = tuple[popxl.Session, dict[Any, Array], Any]
+
+
+@dataclass
+class Problem:
+    """The MLP's weights and one run's data, on the host and (the weights) on the JAX device."""
+
+    width: int
+    layers: int
+    batch: int
+    device: str
+    ws: list[Array]
+    bs: list[Array]
+    x: Array
+    dy: Array
+    target: Any
+    params: Any
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Problem:
+        rng = np.random.default_rng(0)
+        width, layers, batch = args.width, args.layers, args.batch
+        ws = [rng.normal(0, width**-0.5, (width, width)).astype(np.float32) for _ in range(layers)]
+        bs = [rng.normal(0, 0.1, (width,)).astype(np.float32) for _ in range(layers)]
+        x = rng.normal(size=(batch, width)).astype(np.float32)
+        dy = rng.normal(size=(batch, width)).astype(np.float32)
+        target = jax.devices(args.device)[0]
+        params = jax.device_put([(w, b) for w, b in zip(ws, bs)], target)
+        return cls(width, layers, batch, args.device, ws, bs, x, dy, target, params)
+
+    def attached(self, io_mode: str | None, steps: int, memory: str, checks: bool) -> Attached:
+        """The serialised program (io_mode given) or the un-serialised one, attached with the weights written."""
+        micro = self.batch // steps if io_mode else self.batch
+        ir, (hx, hdy), (weights, accums) = popxl_program(self.width, self.layers, micro, steps, io_mode)
+        session = popxl.Session(ir, self.device, remote_memory=memory, checks=checks)
         session.write_variables_data(
-            {weights[f"w{i}"]: ws[i] for i in range(layers)} | {weights[f"b{i}"]: bs[i] for i in range(layers)}
+            {weights[f"w{i}"]: self.ws[i] for i in range(self.layers)}
+            | {weights[f"b{i}"]: self.bs[i] for i in range(self.layers)}
         )
         session.__enter__()
-        shape = (steps, micro, width) if io_mode and steps > 1 else (micro, width)
-        return session, {hx: x.reshape(shape), hdy: dy.reshape(shape)}, accums
+        shape = (steps, micro, self.width) if io_mode and steps > 1 else (micro, self.width)
+        return session, {hx: self.x.reshape(shape), hdy: self.dy.reshape(shape)}, accums
 
-    normal, normal_feeds, _ = session_for(None, 1, "host", True)
-    normal_memory = normal.memory_analysis(normal_feeds)
+
+@dataclass
+class Baselines:
+    """What each serialised program is measured against at one step count: the un-serialised program and JAX's
+    accumulation and offloading, their runs and memory figures, and the gradient they agree on."""
+
+    normal: Attached
+    normal_memory: dict[str, int]
+    jax: dict[str, tuple[Callable[[], Any], dict[str, int]]]
+    reference: Array
+
+
+def measure_io_mode(problem: Problem, steps: int, io_mode: str, base: Baselines, repeats: int) -> dict[str, Any]:
+    """One io_mode at one step count: its programs checked against the reference, then measured and printed."""
+    sessions = {
+        "host": problem.attached(io_mode, steps, "host", True),
+        "device": problem.attached(io_mode, steps, "device", True),
+        "host_unchecked": problem.attached(io_mode, steps, "host", False),
+    }
+    for session, feeds, accums in sessions.values():
+        session.run(feeds)
+        got = session.get_tensor_data(accums.accum.w0)
+        np.testing.assert_allclose(got, base.reference, rtol=2e-3, atol=2e-4)
+    memory = {name: s.memory_analysis(f) for name, (s, f, _) in sessions.items()}
+    timers: dict[str, Callable[[], Any]] = {name: partial(s.run, f) for name, (s, f, _) in sessions.items()}
+    normal, normal_feeds, _ = base.normal
+    (run_accum, accum_memory), (run_offload, offload_memory) = base.jax["jax_accum"], base.jax["jax_offload"]
+    timers |= {"normal": partial(normal.run, normal_feeds), "jax_accum": run_accum, "jax_offload": run_offload}
+    times = interleaved(timers, repeats, warmup=1)
+    run = {
+        "steps": steps,
+        "io_mode": io_mode,
+        "memory": {**memory, "normal": base.normal_memory, "jax_accum": accum_memory, "jax_offload": offload_memory},
+        "seconds": times,
+        "device_ratio_host_vs_normal": memory["host"]["device_bytes"] / base.normal_memory["device_bytes"],
+        "device_ratio_host_vs_jax_offload": memory["host"]["device_bytes"] / offload_memory["device_bytes"],
+        "time_ratio_vs_jax_accum": times["host"] / times["jax_accum"],
+        "time_ratio_vs_jax_offload": times["host"] / times["jax_offload"],
+        "time_ratio_unchecked_vs_jax_accum": times["host_unchecked"] / times["jax_accum"],
+        "time_ratio_unchecked_vs_jax_offload": times["host_unchecked"] / times["jax_offload"],
+    }
+    print(
+        f"steps {steps:2d} {io_mode:13s} device/host MiB: host {_mib(memory['host'])}, "
+        f"device {_mib(memory['device'])}, jax offload {_mib(offload_memory)}, "
+        f"jax accum {_mib(accum_memory)} | device vs un-serialised "
+        f"{run['device_ratio_host_vs_normal']:.3f} | time vs jax accum/offload "
+        f"{run['time_ratio_vs_jax_accum']:.3f}/{run['time_ratio_vs_jax_offload']:.3f} "
+        f"(unchecked {run['time_ratio_unchecked_vs_jax_accum']:.3f}/"
+        f"{run['time_ratio_unchecked_vs_jax_offload']:.3f}) "
+        f"{times['host'] * 1e3:.0f} ms",
+        flush=True,
+    )
+    for session, _, _ in sessions.values():
+        session.__exit__(None, None, None)
+    return run
+
+
+def measure_runs(problem: Problem, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every step count and io_mode against the un-serialised program and JAX, a record each."""
+    normal = problem.attached(None, 1, "host", True)
+    normal_memory = normal[0].memory_analysis(normal[1])
     print(f"un-serialised: device / host MiB {_mib(normal_memory)}", flush=True)
+    runs = []
+    width = problem.width
     for steps in args.steps:
-        micro = batch // steps
-        xs, dys = jax.device_put((x.reshape(steps, micro, width), dy.reshape(steps, micro, width)), target)
-        run_accum, accum_memory = jax_program(jax_accumulation, params, xs, dys)
-        run_offload, offload_memory = jax_program(jax_offload, params, xs, dys)
-        reference = np.asarray(run_accum()[0][0])
-        np.testing.assert_allclose(np.asarray(run_offload()[0][0]), reference, rtol=2e-3, atol=2e-4)
+        micro = problem.batch // steps
+        shaped = (problem.x.reshape(steps, micro, width), problem.dy.reshape(steps, micro, width))
+        xs, dys = jax.device_put(shaped, problem.target)
+        jax_runs = {
+            "jax_accum": jax_program(jax_accumulation, problem.params, xs, dys),
+            "jax_offload": jax_program(jax_offload, problem.params, xs, dys),
+        }
+        reference = np.asarray(jax_runs["jax_accum"][0]()[0][0])
+        np.testing.assert_allclose(np.asarray(jax_runs["jax_offload"][0]()[0][0]), reference, rtol=2e-3, atol=2e-4)
+        base = Baselines(normal, normal_memory, jax_runs, reference)
         for io_mode in args.io_modes:
             if io_mode == "io_overlapped" and steps < 2:
                 continue
-            sessions = {
-                "host": session_for(io_mode, steps, "host", True),
-                "device": session_for(io_mode, steps, "device", True),
-                "host_unchecked": session_for(io_mode, steps, "host", False),
-            }
-            for session, feeds, accums in sessions.values():
-                session.run(feeds)
-                got = session.get_tensor_data(accums.accum.w0)
-                np.testing.assert_allclose(got, reference, rtol=2e-3, atol=2e-4)
-            memory = {name: s.memory_analysis(f) for name, (s, f, _) in sessions.items()}
-            timers = {name: partial(s.run, f) for name, (s, f, _) in sessions.items()}
-            timers |= {"normal": partial(normal.run, normal_feeds), "jax_accum": run_accum, "jax_offload": run_offload}
-            times = interleaved(timers, args.repeats, warmup=1)
-            run = {
-                "steps": steps,
-                "io_mode": io_mode,
-                "memory": {
-                    **memory,
-                    "normal": normal_memory,
-                    "jax_accum": accum_memory,
-                    "jax_offload": offload_memory,
-                },
-                "seconds": times,
-                "device_ratio_host_vs_normal": memory["host"]["device_bytes"] / normal_memory["device_bytes"],
-                "device_ratio_host_vs_jax_offload": memory["host"]["device_bytes"] / offload_memory["device_bytes"],
-                "time_ratio_vs_jax_accum": times["host"] / times["jax_accum"],
-                "time_ratio_vs_jax_offload": times["host"] / times["jax_offload"],
-                "time_ratio_unchecked_vs_jax_accum": times["host_unchecked"] / times["jax_accum"],
-                "time_ratio_unchecked_vs_jax_offload": times["host_unchecked"] / times["jax_offload"],
-            }
-            figures["runs"].append(run)
-            print(
-                f"steps {steps:2d} {io_mode:13s} device/host MiB: host {_mib(memory['host'])}, "
-                f"device {_mib(memory['device'])}, jax offload {_mib(offload_memory)}, "
-                f"jax accum {_mib(accum_memory)} | device vs un-serialised "
-                f"{run['device_ratio_host_vs_normal']:.3f} | time vs jax accum/offload "
-                f"{run['time_ratio_vs_jax_accum']:.3f}/{run['time_ratio_vs_jax_offload']:.3f} "
-                f"(unchecked {run['time_ratio_unchecked_vs_jax_accum']:.3f}/"
-                f"{run['time_ratio_unchecked_vs_jax_offload']:.3f}) "
-                f"{times['host'] * 1e3:.0f} ms",
-                flush=True,
-            )
-            for session, _, _ in sessions.values():
-                session.__exit__(None, None, None)
-    micro = max(1, batch // 8)
+            runs.append(measure_io_mode(problem, steps, io_mode, base, args.repeats))
+    return runs
+
+
+def store_costs(problem: Problem, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The cost of one remote store in loops of each `--store-steps` length, checked and unchecked."""
+    micro = max(1, problem.batch // 8)
+    costs = []
     for steps in args.store_steps:
-        cost = {checks: store_cost(width, micro, steps, args.repeats, checks, args.device) for checks in (True, False)}
-        figures["store_cost"].append({"steps": steps, "entry_bytes": micro * width * 4, "seconds": cost})
+        cost = {
+            checks: store_cost(problem.width, micro, steps, args.repeats, checks, args.device)
+            for checks in (True, False)
+        }
+        costs.append({"steps": steps, "entry_bytes": micro * problem.width * 4, "seconds": cost})
         print(
-            f"one store of {micro * width * 4 / MiB:.2f} MiB in a loop of {steps}: "
+            f"one store of {micro * problem.width * 4 / MiB:.2f} MiB in a loop of {steps}: "
             f"{cost[True] * 1e6:.0f} us checked, {cost[False] * 1e6:.0f} us unchecked",
             flush=True,
         )
-    print(f"written to {save('batch_serialisation', figures, args.out)}")
+    return costs
+
+
+def plot(figures: dict[str, Any], out: Path) -> Path:
+    """The ratios of each run's host-placement program against its baselines, as a picture."""
     groups = {
         f"{r['io_mode']} x{r['steps']}": {
             "device bytes / un-serialised": r["device_ratio_host_vs_normal"],
@@ -259,8 +320,28 @@ def main() -> None:
         }
         for r in figures["runs"]
     }
-    title = f"Batch serialisation, host placement ({figures['device']}, batch {batch}, width {width})"
-    print(f"picture in {plot_ratios('batch_serialisation', title, groups, out=args.out)}")
+    title = (
+        f"Batch serialisation, host placement ({figures['device']}, batch {figures['batch']}, width {figures['width']})"
+    )
+    return plot_ratios("batch_serialisation", title, groups, out=out)
+
+
+def main() -> None:
+    """Measure every run and the store cost, save the figures and draw the picture."""
+    args = parse_args()
+    problem = Problem.of(args)
+    figures: dict[str, Any] = {
+        "device": str(problem.target),
+        "width": problem.width,
+        "layers": problem.layers,
+        "batch": problem.batch,
+        "runs": [],
+        "store_cost": [],
+    }
+    figures["runs"] = measure_runs(problem, args)
+    figures["store_cost"] = store_costs(problem, args)
+    print(f"written to {save('batch_serialisation', figures, args.out)}")
+    print(f"picture in {plot(figures, args.out)}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -109,7 +110,8 @@ def jax_runs(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     return runs
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="mlp", choices=["mlp", "transformer"], help="the model planned for")
     p.add_argument("--width", type=int, default=256, help="MLP width, or the transformer's hidden size")
@@ -126,47 +128,138 @@ def main() -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="where popxl Sessions and JAX run")
     p.add_argument("--repeats", type=int, default=7, help="timed runs of each compared plan, in alternation")
     add_out_option(p)
-    args = p.parse_args()
-    if args.model == "mlp":
-        make: Callable[[], Any] = partial(MLP, args.layers)
-        spec = popxl.TensorSpec((args.batch, args.width), popxl.float32)
-    else:
-        make = partial(TransformerStack, args.layers, args.heads)
-        spec = popxl.TensorSpec((args.batch, args.seq, args.width), popxl.float32)
-    whole = measure(step_program(make, spec), args.device)
-    unserialised = int(whole["device_bytes"])
-    print(f"un-serialised: {unserialised / MiB:.2f} MiB", flush=True)
+    return p.parse_args()
 
-    # Every candidate of the exhaustive search, compiled and timed once, reused for each budget.
-    first = step_program(make, micro_batch_spec(spec, args.steps[0], 0))
-    names, inputs = list(first.activation_bytes), [n for n in first.input_bytes]
-    candidates: list[dict[str, Any]] = []
-    compile_seconds: list[float] = []
-    for steps in args.steps:
-        for mode in args.io_modes:
-            if mode == "io_overlapped" and steps < 2:
-                continue
-            for policy in per_layer_policies(names, inputs):
-                start = time.perf_counter()
-                program = serialised_program(make, micro_batch_spec(spec, steps, 0), steps, mode, policy)
-                m = measure(program, args.device, timed=True)
-                compile_seconds.append(time.perf_counter() - start)
-                candidates.append(
-                    {
-                        "steps": steps,
-                        "io_mode": mode,
-                        "policy": policy,
-                        "device_bytes": int(m["device_bytes"]),
-                        "seconds": m["seconds"],
-                    }
-                )
-    print(f"{len(candidates)} candidates measured", flush=True)
-    jax_figures = jax_runs(args)
 
-    def smallest_steps(pick: Any, budget: int) -> dict[str, Any] | None:
-        fitting = [c for c in candidates if pick(c) and c["device_bytes"] <= budget]
+@dataclass
+class Setting:
+    """The model planned for, its whole batch's input, the command line, and every candidate of the exhaustive
+    search (compiled and timed once, reused for each budget) with the inputs among its activations."""
+
+    make: Callable[[], Any]
+    spec: popxl.TensorSpec
+    args: argparse.Namespace
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Setting:
+        if args.model == "mlp":
+            make: Callable[[], Any] = partial(MLP, args.layers)
+            spec = popxl.TensorSpec((args.batch, args.width), popxl.float32)
+        else:
+            make = partial(TransformerStack, args.layers, args.heads)
+            spec = popxl.TensorSpec((args.batch, args.seq, args.width), popxl.float32)
+        return cls(make, spec, args)
+
+    def measure_candidates(self) -> list[float]:
+        """Compile and time every steps x io_mode x per-layer policy; the seconds each took."""
+        first = step_program(self.make, micro_batch_spec(self.spec, self.args.steps[0], 0))
+        names, self.inputs = list(first.activation_bytes), [n for n in first.input_bytes]
+        compile_seconds: list[float] = []
+        for steps in self.args.steps:
+            for mode in self.args.io_modes:
+                if mode == "io_overlapped" and steps < 2:
+                    continue
+                for policy in per_layer_policies(names, self.inputs):
+                    start = time.perf_counter()
+                    program = serialised_program(self.make, micro_batch_spec(self.spec, steps, 0), steps, mode, policy)
+                    m = measure(program, self.args.device, timed=True)
+                    compile_seconds.append(time.perf_counter() - start)
+                    self.candidates.append(
+                        {
+                            "steps": steps,
+                            "io_mode": mode,
+                            "policy": policy,
+                            "device_bytes": int(m["device_bytes"]),
+                            "seconds": m["seconds"],
+                        }
+                    )
+        return compile_seconds
+
+    def smallest_steps(self, pick: Callable[[dict[str, Any]], bool], budget: int) -> dict[str, Any] | None:
+        """The candidate `pick` chooses that fits `budget` at the fewest steps (the fastest of those)."""
+        fitting = [c for c in self.candidates if pick(c) and c["device_bytes"] <= budget]
         return min(fitting, key=lambda c: (c["steps"], c["seconds"]), default=None)
 
+
+def plan_for(setting: Setting, row: dict[str, Any], one_compile: float) -> Any:
+    """The planner's plan for `row`'s budget, timed and measured into `row`; None where it found none."""
+    args, budget = setting.args, row["budget"]
+    start = time.perf_counter()
+    try:
+        plan = plan_batch_serialisation(
+            setting.make, setting.spec, budget, io_modes=args.io_modes, steps_choices=args.steps, device=args.device
+        )
+    except ValueError as e:
+        row["planner_error"] = str(e)
+        plan = None
+    row["planning_seconds"] = time.perf_counter() - start
+    row["planning_in_compiles"] = row["planning_seconds"] / one_compile
+    if plan is not None:
+        spec = micro_batch_spec(setting.spec, plan.steps, 0)
+        program = serialised_program(setting.make, spec, plan.steps, plan.io_mode, plan.policy)
+        m = measure(program, args.device, timed=True)
+        row["planner"] = {
+            "steps": plan.steps,
+            "io_mode": plan.io_mode,
+            "policy": plan.policy,
+            "predicted_bytes": plan.predicted_device_bytes,
+            "device_bytes": plan.measured_device_bytes,
+            "seconds": m["seconds"],
+        }
+        row["prediction_error"] = plan.predicted_device_bytes / plan.measured_device_bytes - 1
+    return plan
+
+
+def rivals_for(setting: Setting, row: dict[str, Any], jax_figures: dict[int, dict[str, float]]) -> None:
+    """The exhaustive best, greedy and trivial plans and JAX's offloading that fit `row`'s budget, into `row`."""
+    budget, inputs = row["budget"], setting.inputs
+    fits = [c for c in setting.candidates if c["device_bytes"] <= budget]
+    row["exhaustive"] = min(fits, key=lambda c: c["seconds"], default=None)
+    row["greedy"] = setting.smallest_steps(
+        lambda c: all(v == "recompute" or (n in inputs and v == "host") for n, v in c["policy"].items()), budget
+    )
+    row["trivial"] = setting.smallest_steps(lambda c: set(c["policy"].values()) == {"host"}, budget)
+    jax_fit = [(s, r) for s, r in jax_figures.items() if r["device_bytes"] <= budget]
+    row["jax_offload"] = {"steps": jax_fit[0][0], **jax_fit[0][1]} if jax_fit else None
+
+
+def compare(setting: Setting, row: dict[str, Any]) -> None:
+    """The planner's plan against its rivals: timed again together, in alternation, for the time ratios (timed
+    apart, one plan's runs varied by 20% on a shared machine)."""
+    rivals = {k: row[k] for k in ("exhaustive", "greedy", "trivial") if row[k] is not None}
+    plans = {"planner": row["planner"], **rivals}
+    together = time_together(setting.make, setting.spec, plans, setting.args.device, setting.args.repeats)
+    row["interleaved_seconds"] = together
+    for other in rivals:
+        row[f"time_vs_{other}"] = together["planner"] / together[other]
+    if row["jax_offload"] is not None:
+        row["time_vs_jax_offload"] = row["planner"]["seconds"] / row["jax_offload"]["seconds"]
+
+
+def print_row(row: dict[str, Any]) -> None:
+    """One budget's plan and ratios on a line."""
+    summary = {k: round(v, 3) for k, v in row.items() if k.startswith(("time_vs", "prediction", "planning_in"))}
+    planned = row.get("planner", {})
+    print(
+        f"budget {row['share']:.0%} ({row['budget'] / MiB:.2f} MiB): plan steps={planned.get('steps')} "
+        f"{planned.get('io_mode')} {planned.get('device_bytes', 0) / MiB:.2f} MiB "
+        f"{planned.get('seconds', float('nan')) * 1e3:.1f} ms; {summary} {row.get('planner_error', '')}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    """Measure every candidate, then plan and compare at each budget; save the figures."""
+    args = parse_args()
+    setting = Setting.of(args)
+    whole = measure(step_program(setting.make, setting.spec), args.device)
+    unserialised = int(whole["device_bytes"])
+    print(f"un-serialised: {unserialised / MiB:.2f} MiB", flush=True)
+    compile_seconds = setting.measure_candidates()
+    print(f"{len(setting.candidates)} candidates measured", flush=True)
+    jax_figures = jax_runs(args)
     figures: dict[str, Any] = {
         "model": args.model,
         "unserialised_bytes": unserialised,
@@ -177,62 +270,16 @@ def main() -> None:
         "budgets": [],
     }
     one_compile = float(np.median(compile_seconds))
-    figures["candidates"] = candidates
+    figures["candidates"] = setting.candidates
     figures["one_candidate_seconds"] = one_compile
     for share in (0.6, 0.3, 0.15):
-        budget = int(share * unserialised)
-        row: dict[str, Any] = {"share": share, "budget": budget}
-        start = time.perf_counter()
-        try:
-            plan = plan_batch_serialisation(
-                make, spec, budget, io_modes=args.io_modes, steps_choices=args.steps, device=args.device
-            )
-        except ValueError as e:
-            row["planner_error"] = str(e)
-            plan = None
-        row["planning_seconds"] = time.perf_counter() - start
-        row["planning_in_compiles"] = row["planning_seconds"] / one_compile
+        row: dict[str, Any] = {"share": share, "budget": int(share * unserialised)}
+        plan = plan_for(setting, row, one_compile)
+        rivals_for(setting, row, jax_figures)
         if plan is not None:
-            program = serialised_program(
-                make, micro_batch_spec(spec, plan.steps, 0), plan.steps, plan.io_mode, plan.policy
-            )
-            m = measure(program, args.device, timed=True)
-            row["planner"] = {
-                "steps": plan.steps,
-                "io_mode": plan.io_mode,
-                "policy": plan.policy,
-                "predicted_bytes": plan.predicted_device_bytes,
-                "device_bytes": plan.measured_device_bytes,
-                "seconds": m["seconds"],
-            }
-            row["prediction_error"] = plan.predicted_device_bytes / plan.measured_device_bytes - 1
-        fits = [c for c in candidates if c["device_bytes"] <= budget]
-        row["exhaustive"] = min(fits, key=lambda c: c["seconds"], default=None)
-        row["greedy"] = smallest_steps(
-            lambda c: all(v == "recompute" or (n in inputs and v == "host") for n, v in c["policy"].items()), budget
-        )
-        row["trivial"] = smallest_steps(lambda c: set(c["policy"].values()) == {"host"}, budget)
-        jax_fit = [(s, r) for s, r in jax_figures.items() if r["device_bytes"] <= budget]
-        row["jax_offload"] = {"steps": jax_fit[0][0], **jax_fit[0][1]} if jax_fit else None
-        if plan is not None:
-            # The plans compared are timed again together, in alternation: timed apart, one plan's runs varied
-            # by 20% on a shared machine.
-            rivals = {k: row[k] for k in ("exhaustive", "greedy", "trivial") if row[k] is not None}
-            together = time_together(make, spec, {"planner": row["planner"], **rivals}, args.device, args.repeats)
-            row["interleaved_seconds"] = together
-            for other in rivals:
-                row[f"time_vs_{other}"] = together["planner"] / together[other]
-            if row["jax_offload"] is not None:
-                row["time_vs_jax_offload"] = row["planner"]["seconds"] / row["jax_offload"]["seconds"]
+            compare(setting, row)
         figures["budgets"].append(row)
-        summary = {k: round(v, 3) for k, v in row.items() if k.startswith(("time_vs", "prediction", "planning_in"))}
-        planned = row.get("planner", {})
-        print(
-            f"budget {share:.0%} ({budget / MiB:.2f} MiB): plan steps={planned.get('steps')} "
-            f"{planned.get('io_mode')} {planned.get('device_bytes', 0) / MiB:.2f} MiB "
-            f"{planned.get('seconds', float('nan')) * 1e3:.1f} ms; {summary} {row.get('planner_error', '')}",
-            flush=True,
-        )
+        print_row(row)
     print(f"figures in {save('planner_' + args.model, figures, args.out)}")
 
 
