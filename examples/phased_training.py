@@ -50,7 +50,7 @@ from popxl_addons.core import (
     named_variable_buffers,
     store_remote_graph,
 )
-from popxl_addons.core.planning import Serialisation, serialise_step
+from popxl_addons.core.training import Serialisation, serialise_step
 from popxl_addons.layers import LayerNorm, Linear
 
 TOKENS, PIXELS, CLASSES = 8, 8, 10

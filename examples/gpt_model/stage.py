@@ -14,7 +14,7 @@ import popxl
 import popxl_addons as addons
 from gpt_model.config import Config, Groupings
 from gpt_model.optimizer import adam_step
-from popxl_addons.core.planning import Serialisation, serialise_step
+from popxl_addons.core.training import Serialisation, serialise_step
 from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.remote import NamedRemoteBuffers

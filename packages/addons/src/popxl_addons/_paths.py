@@ -324,7 +324,7 @@ _BELOW_ROOT: tuple[ModulePath, ...] = (
     _path("popxl_addons.patterns", f"{_CORE}.transforms.patterns", "apply_pre_alias_patterns", "patterns_level"),
     _path(
         "popxl_addons.performance_utils",
-        f"{_CORE}.planning.performance_utils",
+        f"{_CORE}.performance_utils",
         "total_FLOPs",
         "evaluate_ir_FLOPs",
         "evaluate_FLOPs",

@@ -1,7 +1,7 @@
 """popxl-addons core: modules, named tensors, autodiff with accumulation and batch serialisation.
 
 Its names, from the sub-packages that hold them by what they do (modules, transforms, ops, remote,
-session, planning: the table in packages/addons/README.md).
+session, training, planning: the table in packages/addons/README.md).
 """
 
 from popxl_addons.core import transforms
@@ -61,14 +61,14 @@ from popxl_addons.core.ops.linear_layout import linear_layout
 from popxl_addons.core.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants, trig_tables
 from popxl_addons.core.ops.static_sparse_ops import dense_const_sparse_matmul, random_sparse
 from popxl_addons.core.optimizers import AdamOptimizerStep
-from popxl_addons.core.planning import SerialisationPlan, plan_batch_serialisation
-from popxl_addons.core.planning.performance_utils import (
+from popxl_addons.core.performance_utils import (
     evaluate_FLOPs,
     evaluate_ir_FLOPs,
     format_flops_scientific,
     print_FLOPs,
     total_FLOPs,
 )
+from popxl_addons.core.planning import SerialisationPlan, plan_batch_serialisation
 from popxl_addons.core.remote.remote import (
     NamedRemoteBuffers,
     create_remote_buffer,

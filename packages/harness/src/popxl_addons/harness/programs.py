@@ -18,14 +18,9 @@ from popxl_addons.core import (
     batch_serial_buffer,
     batch_serialise,
 )
-from popxl_addons.core.planning import (
-    Serialisation,
-    StepOptions,
-    buffer_from_stream,
-    build_training_step,
-    planned_serialisation,
-)
-from popxl_addons.core.planning.step import IO_TILES
+from popxl_addons.core.planning import planned_serialisation
+from popxl_addons.core.training import Serialisation, StepOptions, buffer_from_stream, build_training_step
+from popxl_addons.core.training.step import IO_TILES
 from popxl_addons.harness.cases import Variant
 
 

@@ -26,8 +26,9 @@ from popxl_addons.core.planning.programs import (
     serialised_program,
     step_program,
 )
-from popxl_addons.core.planning.step import Serialisation
 from popxl_addons.core.transforms.batch_serialisation import IO_MODES, BatchSerialResult
+from popxl_addons.core.transforms.batch_serialisation.fwd_and_grad import Serialisation
+from popxl_addons.core.transforms.batch_serialisation.handles import Handles
 
 # Plans compiled at most, fastest predicted first, before the planner gives up on the budget.
 MAX_COMPILES = 4
@@ -150,15 +151,8 @@ class SerialisationPlan:
     ) -> tuple[BatchSerialResult, BatchSerialResult]:
         """`batch_serialise_fwd_and_grad` with this plan's steps, io_mode and policy, its "host" activations
         in host memory whatever the Session's `remote_memory` (the plan's figures count them there)."""
-        return self.serialisation(rows).serialise(
-            forward_graph,
-            gradient_graph,
-            named_inputs_for_grad_graph,
-            load_handles,
-            store_streams,
-            store_buffers,
-            seed_input,
-        )
+        handles = Handles(load_handles, store_streams, store_buffers, seed_input)
+        return self.serialisation(rows).serialise(forward_graph, gradient_graph, named_inputs_for_grad_graph, handles)
 
     def serialisation(self, rows: int = 1) -> Serialisation:
         """This plan's serialisation over `rows` rows, as the planner measured it (over one)."""
@@ -271,6 +265,109 @@ def calibrate(
     return figures
 
 
+def _checked_choices(
+    input_spec: popxl.TensorSpec,
+    device_budget_bytes: int,
+    batch_axis: int,
+    io_modes: Sequence[str],
+    steps_choices: Sequence[int] | None,
+) -> tuple[int, list[int]]:
+    """The budget and the steps to try, once the planner's arguments are checked."""
+    unknown = [m for m in io_modes if m not in IO_MODES]
+    if unknown or not io_modes:
+        raise ValueError(f"io_modes must be a non-empty subset of {IO_MODES}, got {tuple(io_modes)}")
+    if not isinstance(device_budget_bytes, int | np.integer) or device_budget_bytes <= 0:
+        raise ValueError(f"device_budget_bytes must be a positive int, got {device_budget_bytes!r}")
+    batch = input_spec.shape[batch_axis]
+    choices = sorted(set(steps_choices)) if steps_choices else _divisors(batch)
+    bad = [s for s in choices if not isinstance(s, int) or s < 1 or batch % s]
+    if bad:
+        raise ValueError(f"steps_choices {bad} do not divide the global batch of {batch} (axis {batch_axis})")
+    return int(device_budget_bytes), choices
+
+
+def _candidates(figures: list[StepFigures], io_modes: Sequence[str], rate: float, budget: int) -> list[Estimate]:
+    """The plans worth compiling, in the order to compile them; raises when none may fit."""
+    window = int((budget + max_held(figures)) / (1 - MODEL_ERROR))
+    near, smallest = search(figures, io_modes, rate, budget, window)
+    near = [e for e in near if _may_fit(e, {}, budget)]
+    if not near:
+        raise _nothing_fits(smallest, budget)
+    # Fastest first; near misses only while predicted faster than every plan predicted to fit.
+    remaining = sorted(near, key=lambda e: (e.seconds, e.device_bytes))
+    fastest_fit = next((i for i, e in enumerate(remaining) if e.device_bytes <= budget), len(remaining))
+    return remaining[:fastest_fit] + [e for e in remaining if e.device_bytes <= budget]
+
+
+def _compiled_bytes(
+    make_module: Callable[[], Module], input_spec: popxl.TensorSpec, batch_axis: int, device: str, plan: Estimate
+) -> int:
+    """The device bytes of `plan`'s whole program, compiled."""
+    spec = micro_batch_spec(input_spec, plan.steps, batch_axis)
+    program = serialised_program(make_module, spec, plan.steps, plan.io_mode, plan.policy)
+    return int(measure(program, device)["device_bytes"])
+
+
+def _first_fit(
+    remaining: list[Estimate],
+    compiled_bytes: Callable[[Estimate], int],
+    figures: list[StepFigures],
+    rate: float,
+    budget: int,
+    say: Callable[[str], None],
+) -> SerialisationPlan:
+    """The first of the `remaining` plans whose compiled program fits `budget`, compiling at most MAX_COMPILES;
+    raises when none does."""
+    rejected: list[tuple[Estimate, int]] = []
+    scale: dict[tuple[int, bool, bool], float] = {}  # compiled bytes over predicted, from the plans rejected
+    # Near misses are never the last compile, which is the fastest plan predicted to fit.
+    near_tries = 0
+    # Plans this machine's memory cannot run at all (popxl refuses them before they run), with the last refusal.
+    too_large: list[Estimate] = []
+    refusal: popxl.OutOfMemoryError | None = None
+    while remaining and len(rejected) + len(too_large) < MAX_COMPILES:
+        candidate = remaining.pop(0)
+        if candidate.device_bytes > budget:
+            if near_tries == MAX_COMPILES - 1:
+                continue
+            near_tries += 1
+        try:
+            measured = compiled_bytes(candidate)
+        except popxl.OutOfMemoryError as e:
+            too_large.append(candidate)
+            refusal = e
+            say(f"plan steps={candidate.steps} {candidate.io_mode} does not fit this machine's memory")
+            continue
+        say(f"compiled plan {len(rejected) + 1}: steps={candidate.steps} {candidate.io_mode}: {_size(measured)}")
+        if measured <= budget:
+            return SerialisationPlan(
+                steps=candidate.steps,
+                io_mode=candidate.io_mode,
+                policy=dict(candidate.policy),
+                predicted_device_bytes=candidate.device_bytes,
+                predicted_seconds=candidate.seconds,
+                measured_device_bytes=measured,
+                budget_bytes=budget,
+                figures=next(f for f in figures if f.steps == candidate.steps),
+                bandwidth=rate,
+                runner_up=remaining[0] if remaining else None,
+                rejected=rejected,
+            )
+        rejected.append((candidate, measured))
+        # The model under-predicted: for plans of the same kind, what it predicts next is taken as that much
+        # larger; for others, nothing is known beyond the model's usual error.
+        key = _kind(candidate)
+        scale[key] = max(scale.get(key, 0.0), measured / candidate.device_bytes)
+        remaining = [e for e in remaining if _may_fit(e, scale, budget)]
+    if not rejected:
+        raise popxl.OutOfMemoryError(
+            f"No plan fits this machine: the {len(too_large)} plan(s) compiled fit the device budget, but the "
+            f"machine's memory cannot run them. The last:\n{refusal}"
+        )
+    best_rejected = min(rejected, key=lambda r: r[1])
+    raise _nothing_fits(best_rejected[0], budget, best_rejected[1])
+
+
 def plan_batch_serialisation(
     make_module: Callable[[], Module],
     input_spec: popxl.TensorSpec,
@@ -292,17 +389,7 @@ def plan_batch_serialisation(
     receives one line per stage. Raises ValueError when no plan fits the budget, and `popxl.OutOfMemoryError`
     when this machine's memory cannot run the planner's programs or the plans that fit.
     """
-    unknown = [m for m in io_modes if m not in IO_MODES]
-    if unknown or not io_modes:
-        raise ValueError(f"io_modes must be a non-empty subset of {IO_MODES}, got {tuple(io_modes)}")
-    if not isinstance(device_budget_bytes, int | np.integer) or device_budget_bytes <= 0:
-        raise ValueError(f"device_budget_bytes must be a positive int, got {device_budget_bytes!r}")
-    budget = int(device_budget_bytes)
-    batch = input_spec.shape[batch_axis]
-    choices = sorted(set(steps_choices)) if steps_choices else _divisors(batch)
-    bad = [s for s in choices if not isinstance(s, int) or s < 1 or batch % s]
-    if bad:
-        raise ValueError(f"steps_choices {bad} do not divide the global batch of {batch} (axis {batch_axis})")
+    budget, choices = _checked_choices(input_spec, device_budget_bytes, batch_axis, io_modes, steps_choices)
     say = progress or (lambda line: None)
     rate = bandwidth if bandwidth is not None else host_bandwidth(device)
     try:
@@ -311,63 +398,6 @@ def plan_batch_serialisation(
         raise popxl.OutOfMemoryError(
             f"No plan can be measured: the planner's all-host program does not fit this machine.\n{e}"
         ) from e
-    window = int((budget + max_held(figures)) / (1 - MODEL_ERROR))
-    near, smallest = search(figures, io_modes, rate, budget, window)
-    near = [e for e in near if _may_fit(e, {}, budget)]
-    if not near:
-        raise _nothing_fits(smallest, budget)
-    rejected: list[tuple[Estimate, int]] = []
-    scale: dict[tuple[int, bool, bool], float] = {}  # compiled bytes over predicted, from the plans rejected
-    # Fastest first; near misses only while predicted faster than every plan predicted to fit, and never in the
-    # last compile, which is the fastest plan predicted to fit.
-    remaining = sorted(near, key=lambda e: (e.seconds, e.device_bytes))
-    fastest_fit = next((i for i, e in enumerate(remaining) if e.device_bytes <= budget), len(remaining))
-    remaining = remaining[:fastest_fit] + [e for e in remaining if e.device_bytes <= budget]
-    near_tries = 0
-    # Plans this machine's memory cannot run at all (popxl refuses them before they run), with the last refusal.
-    too_large: list[Estimate] = []
-    refusal: popxl.OutOfMemoryError | None = None
-    while remaining and len(rejected) + len(too_large) < MAX_COMPILES:
-        candidate = remaining.pop(0)
-        if candidate.device_bytes > budget:
-            if near_tries == MAX_COMPILES - 1:
-                continue
-            near_tries += 1
-        spec = micro_batch_spec(input_spec, candidate.steps, batch_axis)
-        try:
-            program = serialised_program(make_module, spec, candidate.steps, candidate.io_mode, candidate.policy)
-            measured = int(measure(program, device)["device_bytes"])
-        except popxl.OutOfMemoryError as e:
-            too_large.append(candidate)
-            refusal = e
-            say(f"plan steps={candidate.steps} {candidate.io_mode} does not fit this machine's memory")
-            continue
-        say(f"compiled plan {len(rejected) + 1}: steps={candidate.steps} {candidate.io_mode}: {_size(measured)}")
-        if measured <= budget:
-            fig = next(f for f in figures if f.steps == candidate.steps)
-            return SerialisationPlan(
-                steps=candidate.steps,
-                io_mode=candidate.io_mode,
-                policy=dict(candidate.policy),
-                predicted_device_bytes=candidate.device_bytes,
-                predicted_seconds=candidate.seconds,
-                measured_device_bytes=measured,
-                budget_bytes=budget,
-                figures=fig,
-                bandwidth=rate,
-                runner_up=remaining[0] if remaining else None,
-                rejected=rejected,
-            )
-        rejected.append((candidate, measured))
-        # The model under-predicted: for plans of the same kind, what it predicts next is taken as that much
-        # larger; for others, nothing is known beyond the model's usual error.
-        key = _kind(candidate)
-        scale[key] = max(scale.get(key, 0.0), measured / candidate.device_bytes)
-        remaining = [e for e in remaining if _may_fit(e, scale, budget)]
-    if not rejected:
-        raise popxl.OutOfMemoryError(
-            f"No plan fits this machine: the {len(too_large)} plan(s) compiled fit the device budget, but the "
-            f"machine's memory cannot run them. The last:\n{refusal}"
-        )
-    best_rejected = min(rejected, key=lambda r: r[1])
-    raise _nothing_fits(best_rejected[0], budget, best_rejected[1])
+    remaining = _candidates(figures, io_modes, rate, budget)
+    compiled_bytes = functools.partial(_compiled_bytes, make_module, input_spec, batch_axis, device)
+    return _first_fit(remaining, compiled_bytes, figures, rate, budget, say)

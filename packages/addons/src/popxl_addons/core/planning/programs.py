@@ -22,8 +22,8 @@ from popxl.lowering import fit
 from popxl.units import format_bytes
 from popxl_addons.core.modules.module import Module
 from popxl_addons.core.modules.named_tensors import NamedTensors
-from popxl_addons.core.planning.step import IO_TILES as IO_TILES
-from popxl_addons.core.planning.step import Serialisation, StepOptions, TrainingStep, build_training_step
+from popxl_addons.core.training.step import StepOptions, TrainingStep, build_training_step
+from popxl_addons.core.transforms.batch_serialisation.fwd_and_grad import Serialisation
 from popxl_addons.core.transforms.batch_serialisation.policy import serialisable_activations
 
 Array = np.ndarray[Any, Any]

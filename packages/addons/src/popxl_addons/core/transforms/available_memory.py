@@ -16,6 +16,7 @@ import popxl
 from popxl import ipu_only
 from popxl.extension import Op
 from popxl.ipu_only import available_memory_proportion
+from popxl.op import reachable_graphs
 
 __all__ = [
     "available_memory_proportion",
@@ -49,13 +50,6 @@ def set_graph_available_memory_proportion_by_ipu(graph: popxl.Graph, proportions
     """As `set_available_memory_proportion_by_ipu`, for the ops of `graph` and of the graphs its ops run,
     directly or not."""
     by_ipu = dict(enumerate(proportions))
-    seen: set[int] = set()
-    todo = [graph]
-    while todo:
-        g = todo.pop()
-        if id(g) in seen:
-            continue
-        seen.add(id(g))
+    for g in reachable_graphs(graph):
         for op in g.ops:
-            todo.extend(sub.graph for sub in op.subgraphs)
             _set_on_op(op, by_ipu)

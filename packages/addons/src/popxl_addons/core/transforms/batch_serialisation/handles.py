@@ -58,6 +58,17 @@ class RemoteHandle:
         return self.shard_group is not None and self.shard_group.group_size != 1
 
 
+@dataclass(frozen=True)
+class Handles:
+    """Where a serialised graph's inputs are loaded from (`load`) and its tensors stored to (host streams or
+    remote buffers), and the input that takes the step's random seed, if any."""
+
+    load: MutableMapping[popxl.Tensor, Any]
+    store_streams: MutableMapping[popxl.Tensor, popxl.DeviceToHostStream]
+    store_buffers: MutableMapping[popxl.Tensor, Any]
+    seed_input: popxl.Tensor | None = None
+
+
 def _is_handle_tuple(value: Any) -> bool:
     return (
         isinstance(value, tuple | list)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import popxl
 from popxl_addons.core.modules.graph import GraphWithNamedArgs
 from popxl_addons.core.transforms.batch_serialisation import schedules
-from popxl_addons.core.transforms.batch_serialisation.handles import RemoteHandle, normalise
+from popxl_addons.core.transforms.batch_serialisation.handles import Handles, RemoteHandle, normalise
 from popxl_addons.core.transforms.batch_serialisation.result import BatchSerialResult
 from popxl_addons.core.transforms.batch_serialisation.steps import StepIO
 
@@ -97,63 +98,97 @@ def batch_serialise(
     normalise(store_buffers)
     compute = graph.graph
     _check_handles(compute, load_handles, store_streams, store_buffers)
+    keep = _checked_keep(compute, seed_input, keep)
+    handles = Handles(load_handles, store_streams, store_buffers, seed_input)
+    roles = _roles(compute, handles, keep)
+    for t in roles.loaded:
+        if t in roles.from_buffer:
+            load_handles[t].grow(steps, rows)
+    for t in roles.stored:
+        if t in store_buffers:
+            store_buffers[t].grow(steps, rows)
+    serial, new_inputs, stacks = _loop_graph(compute, handles, roles, keep, (steps, rows, io_mode))
+    stored_buffers = {
+        t: load_handles[t] if t in roles.from_buffer else h for t, h in store_buffers.items() if t.graph is compute
+    }
+    args = graph.args.remap(new_inputs)
+    for t, name in keep.items():
+        args.insert(name, stacks[t], overwrite=True)
+    return BatchSerialResult(GraphWithNamedArgs(serial, args), stored_buffers, dict(new_inputs))
+
+
+@dataclass
+class _Roles:
+    """What the serialised graph does with each tensor of the compute graph it loops over."""
+
+    # Inputs loaded from a remote buffer: their store handles are not used.
+    from_buffer: set[popxl.Tensor]
+    loaded: list[popxl.Tensor]
+    passed: list[popxl.Tensor]
+    stored: list[popxl.Tensor]
+
+
+def _checked_keep(
+    compute: popxl.Graph, seed_input: popxl.Tensor | None, keep: Mapping[popxl.Tensor, str] | None
+) -> dict[popxl.Tensor, str]:
+    """`keep` as a dict, once the seed input and the kept tensors are checked to belong to `compute`."""
     if seed_input is not None and seed_input not in compute.inputs:
         raise ValueError(f"seed_input {seed_input.id} is not an input of {compute.id!r}")
     keep = dict(keep or {})
     for t in keep:
         if t.graph is not compute or (t not in compute.inputs and t not in compute.outputs):
             raise ValueError(f"Kept tensor {t.id} is not an input or output of {compute.id!r}")
-    from_buffer = {t for t, h in load_handles.items() if isinstance(h, RemoteHandle)}
-    loaded = [t for t in compute.inputs if t in load_handles]
+    return keep
+
+
+def _roles(compute: popxl.Graph, handles: Handles, keep: Mapping[popxl.Tensor, str]) -> _Roles:
+    """Which inputs are loaded and which passed through, and which tensors are stored."""
+    from_buffer = {t for t, h in handles.load.items() if isinstance(h, RemoteHandle)}
+    loaded = [t for t in compute.inputs if t in handles.load]
     # A kept input that is neither loaded nor stored comes from its stack, so it is not passed through.
-    from_stack = {t for t in keep if t in compute.inputs and t not in load_handles}
-    passed = [t for t in compute.inputs if t not in load_handles and t is not seed_input and t not in from_stack]
+    from_stack = {t for t in keep if t in compute.inputs and t not in handles.load}
+    passed = [
+        t for t in compute.inputs if t not in handles.load and t is not handles.seed_input and t not in from_stack
+    ]
     stored = [
         t
         for t in [*compute.inputs, *compute.outputs]
-        if (t in store_streams or t in store_buffers) and t not in from_buffer
+        if (t in handles.store_streams or t in handles.store_buffers) and t not in from_buffer
     ]
-    stored = list(dict.fromkeys(stored))
-    for t in loaded:
-        if t in from_buffer:
-            load_handles[t].grow(steps, rows)
-    for t in stored:
-        if t in store_buffers:
-            store_buffers[t].grow(steps, rows)
+    return _Roles(from_buffer, loaded, passed, list(dict.fromkeys(stored)))
 
-    ir = compute.ir
-    serial = ir.create_empty_graph("batch_serialise")
+
+def _loop_graph(
+    compute: popxl.Graph, handles: Handles, roles: _Roles, keep: Mapping[popxl.Tensor, str], io: tuple[int, int, str]
+) -> tuple[popxl.Graph, dict[popxl.Tensor, popxl.Tensor], dict[popxl.Tensor, popxl.Tensor]]:
+    """The graph looping over the steps (`io` is steps, rows and io_mode), its inputs for the passed tensors
+    and the kept tensors' stacks."""
+    steps, rows, io_mode = io
+    serial = compute.ir.create_empty_graph("batch_serialise")
     with serial, popxl.in_sequence(True):
         row = popxl.graph_input((), popxl.int32, "batch_serial_loop_index")
-        seed = popxl.graph_input((2,), popxl.uint32, "batch_serial_random_seed") if seed_input is not None else None
+        with_seed = handles.seed_input is not None
+        seed = popxl.graph_input((2,), popxl.uint32, "batch_serial_random_seed") if with_seed else None
         new_inputs = {
             t: popxl.graph_input(t.shape, t.dtype, t.name, by_ref=compute.is_by_ref(t), meta_shape=t.meta_shape)
-            for t in passed
+            for t in roles.passed
         }
         stacks = {
             t: popxl.graph_input((steps * rows, *t.shape), t.dtype, name, by_ref=True) for t, name in keep.items()
         }
-        io = StepIO(
+        step_io = StepIO(
             compute=compute,
             steps=steps,
-            load_handles=load_handles,
-            store_streams=store_streams,
-            store_buffers=store_buffers,
-            loaded=loaded,
-            passed=passed,
-            stored=stored,
-            seed_input=seed_input,
+            load_handles=handles.load,
+            store_streams=handles.store_streams,
+            store_buffers=handles.store_buffers,
+            loaded=roles.loaded,
+            passed=roles.passed,
+            stored=roles.stored,
+            seed_input=handles.seed_input,
             on_io_tiles=io_mode != "compute",
             kept=stacks,
         )
         schedule = schedules.overlapped if io_mode == "io_overlapped" else schedules.sequential
-        schedule(io, row, seed, {**new_inputs, **{stack: stack for stack in stacks.values()}})
-
-    stored_buffers = {
-        t: load_handles[t] if t in from_buffer else h for t, h in store_buffers.items() if t.graph is compute
-    }
-    args = graph.args.remap(new_inputs)
-    for t, name in keep.items():
-        args.insert(name, stacks[t], overwrite=True)
-    result_graph = GraphWithNamedArgs(serial, args)
-    return BatchSerialResult(result_graph, stored_buffers, dict(new_inputs))
+        schedule(step_io, row, seed, {**new_inputs, **{stack: stack for stack in stacks.values()}})
+    return serial, new_inputs, stacks

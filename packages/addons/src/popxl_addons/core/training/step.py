@@ -8,7 +8,7 @@ program around a module, with its host streams and variables.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +21,10 @@ from popxl_addons.core.modules.named_replica_grouping import NamedReplicaGroupin
 from popxl_addons.core.modules.named_tensors import NamedTensors
 from popxl_addons.core.modules.variable_factory import NamedVariableFactories
 from popxl_addons.core.transforms.autodiff import autodiff_with_accumulation
-from popxl_addons.core.transforms.batch_serialisation import (
-    BatchSerialResult,
-    RemoteHandle,
-    batch_serial_buffer,
-    batch_serialise_fwd_and_grad,
-)
-from popxl_addons.core.transforms.batch_serialisation.policy import Policy, serialisable_activations
+from popxl_addons.core.transforms.batch_serialisation import BatchSerialResult, RemoteHandle, batch_serial_buffer
+from popxl_addons.core.transforms.batch_serialisation.fwd_and_grad import Serialisation
+from popxl_addons.core.transforms.batch_serialisation.handles import Handles
+from popxl_addons.core.transforms.batch_serialisation.policy import serialisable_activations
 from popxl_addons.core.transforms.patterns import apply_pre_alias_patterns
 from popxl_addons.core.transforms.recomputation import recompute_graph
 
@@ -35,46 +32,6 @@ IO_TILES = 32
 Load = popxl.HostToDeviceStream | RemoteHandle
 Store = popxl.DeviceToHostStream | RemoteHandle
 Groupings = NamedReplicaGrouping | Mapping[str, popxl.ReplicaGrouping]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Serialisation:
-    """How a step is serialised: `steps` micro-batches a call, over `rows` rows of the remote buffers; its
-    io_mode; each activation's place (`policy`: "host" unless it says "recompute" or "keep"); and where the
-    buffers of its "host" activations live (`activation_memory`: "host", "device", or None for the Session's
-    `remote_memory`)."""
-
-    steps: int
-    rows: int = 1
-    io_mode: str = "io"
-    policy: Policy = field(default_factory=dict)
-    activation_memory: str | None = None
-
-    def serialise(
-        self,
-        forward_graph: GraphWithNamedArgs,
-        gradient_graph: GraphWithNamedArgs,
-        named_inputs_for_grad_graph: NamedTensors,
-        load_handles: MutableMapping[popxl.Tensor, Any],
-        store_streams: MutableMapping[popxl.Tensor, popxl.DeviceToHostStream],
-        store_buffers: MutableMapping[popxl.Tensor, Any],
-        seed_input: popxl.Tensor | None = None,
-    ) -> tuple[BatchSerialResult, BatchSerialResult]:
-        """`batch_serialise_fwd_and_grad` of the two graphs, serialised this way."""
-        return batch_serialise_fwd_and_grad(
-            forward_graph,
-            gradient_graph,
-            named_inputs_for_grad_graph,
-            self.steps,
-            load_handles,
-            store_streams,
-            store_buffers,
-            seed_input,
-            self.rows,
-            self.io_mode,
-            dict(self.policy),
-            self.activation_memory,
-        )
 
 
 @dataclass(kw_only=True)
@@ -143,7 +100,8 @@ def serialise_step(
     store_buffers: dict[popxl.Tensor, Any] = {t: h for t, h in stores if isinstance(h, RemoteHandle)}
     activations = list(serialisable_activations(gradient.grad_graph_info, forward.args).values())
     store_buffers.update({activations[i]: group for i, group in (sharded_activations or {}).items()})
-    fwd, grad = serialisation.serialise(forward, gradient, forward.args, load_handles, store_streams, store_buffers)
+    handles = Handles(load_handles, store_streams, store_buffers)
+    fwd, grad = serialisation.serialise(forward, gradient, forward.args, handles)
     return SerialisedStep(forward=fwd, gradient=grad, gradient_graph=gradient, accumulators=accumulators)
 
 
