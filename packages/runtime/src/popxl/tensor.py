@@ -127,8 +127,8 @@ class Tensor(SpecView):
     @property
     def name(self) -> str:
         """The id without the graph prefix."""
-        prefix = self._graph._tensor_prefix
-        return self._id[len(prefix) :] if prefix else self._id
+        graph_id = self._graph.id
+        return self._id[len(graph_id) + 1 :] if graph_id else self._id
 
     @property
     def graph(self) -> Graph:
@@ -249,7 +249,7 @@ class Tensor(SpecView):
     @property
     def scope(self) -> str:
         """The graph scope part of the id ('' in the main graph), as popxl's `Tensor.scope`."""
-        return self._graph._tensor_prefix.rstrip("/")
+        return self._graph.id
 
 
 class Constant(Tensor):
