@@ -170,7 +170,7 @@ def test_the_table_fits_80_columns_identity_and_verdict_first() -> None:
         assert max(len(line) for line in lines) <= width
         header = next(line for line in lines if "variant" in line)
         assert header.index("variant") < header.index("verdict")
-        assert ("ms normal/serial" in text) == (width >= 160)
+        assert ("time normal/serial" in text) == (width >= 160)
         cells = "".join(line.split("│")[1] for line in lines if line.startswith("│"))
         assert "scale[io-steps2-rows1-host]" in cells.replace(" ", "")
 

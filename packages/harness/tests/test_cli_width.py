@@ -125,7 +125,7 @@ def test_a_check_fits_in_a_log(log: Path) -> None:
     assert "PASS" in result.stdout and "skipped 10 variant(s): io_overlapped" in result.stdout
     # 80 columns leave no room for the figures in the results table: they follow it, not dropped.
     figures = result.stdout.split("Figures per variant")[1]
-    assert "device MiB normal/serial" in figures and "ms normal/serial" in figures
+    assert "device normal/serial" in figures and "time normal/serial" in figures
     assert "[harness] 10/10 variants" in result.stderr
     assert not _too_wide(result.stdout) and not _too_wide(result.stderr), result.stdout + result.stderr
 

@@ -68,19 +68,52 @@ def bar_chart(
         return f'<p class="muted">{escape(title)}: not measured.</p>'
     reach, cut = _axis_top([per for _, per in stats])
     axis = ticks(reach, scales)
-    top = axis[-1][0] or 1.0
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    base = TOP + plot_h
-
-    def y(value: float) -> float:
-        return base - plot_h * min(value, top) / top
-
+    y = _Scale(axis[-1][0] or 1.0)
     label = f"{title}: normal and serialised per io_mode and step count"
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(label)}">',
         f"<title>{escape(label)}</title>",
-        _text(4, 16, title, "start", 14, ' font-weight="600"'),
+        *_frame(title, cut, axis, y),
     ]
+    width = (WIDTH - LEFT - RIGHT) / len(stats)
+    bar = min(width * 0.36, 30)
+    previous_mode = None
+    for i, (g, per) in enumerate(stats):
+        centre = LEFT + width * (i + 0.5)
+        if g["io_mode"] != previous_mode:
+            # The io_mode names its run of groups, centred under them, with a rule before it.
+            run = sum(1 for other, _ in stats if other["io_mode"] == g["io_mode"])
+            bold = ' font-weight="600"'
+            parts.append(_text(LEFT + width * (i + run / 2), y.base + 34, g["io_mode"], "middle", 12, bold))
+            if previous_mode is not None:
+                x = LEFT + width * i
+                parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{y.base + 38}" class="sep"/>')
+            previous_mode = g["io_mode"]
+        steps = g["steps"]
+        parts.append(_text(centre, y.base + 16, f"{steps} step" + ("s" if steps != 1 else ""), "middle", 11))
+        if not g["measured"]:
+            parts.append(_text(centre, y.base - 6, "not run", "middle", 10, ' class="note"'))
+        parts += _bars(g, per, centre, bar, y, describe)
+    parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y.base}" y2="{y.base}" class="axis"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+class _Scale:
+    """The plot's vertical scale: a figure's height in the SVG, the axis reaching `top`."""
+
+    def __init__(self, top: float) -> None:
+        self.top = top
+        self.height = HEIGHT - TOP - BOTTOM
+        self.base = TOP + self.height
+
+    def __call__(self, value: float) -> float:
+        return self.base - self.height * min(value, self.top) / self.top
+
+
+def _frame(title: str, cut: bool, axis: Sequence[tuple[float, str]], y: _Scale) -> list[str]:
+    """The chart's title, the note on cut whiskers, the legend and the grid lines with their labels."""
+    parts = [_text(4, 16, title, "start", 14, ' font-weight="600"')]
     if cut:
         parts.append(_text(4, 31, "\u25b2 range goes past the top (hover a bar)", "start", 10, ' class="note"'))
     for i, (program, colour) in enumerate(COLOURS.items()):
@@ -90,46 +123,39 @@ def bar_chart(
     for value, text in axis:
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" class="grid"/>')
         parts.append(_text(LEFT - 5, y(value) + 4, text if value else "0", "end", 11))
-    width = plot_w / len(stats)
-    bar = min(width * 0.36, 30)
-    previous_mode = None
-    for i, (g, per) in enumerate(stats):
-        centre = LEFT + width * (i + 0.5)
-        if g["io_mode"] != previous_mode:
-            # The io_mode names its run of groups, centred under them, with a rule before it.
-            run = sum(1 for other, _ in stats if other["io_mode"] == g["io_mode"])
-            bold = ' font-weight="600"'
-            parts.append(_text(LEFT + width * (i + run / 2), base + 34, g["io_mode"], "middle", 12, bold))
-            if previous_mode is not None:
-                x = LEFT + width * i
-                parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{base + 38}" class="sep"/>')
-            previous_mode = g["io_mode"]
-        steps = g["steps"]
-        parts.append(_text(centre, base + 16, f"{steps} step" + ("s" if steps != 1 else ""), "middle", 11))
-        if not g["measured"]:
-            parts.append(_text(centre, base - 6, "not run", "middle", 10, ' class="note"'))
-        for j, program in enumerate(COLOURS):
-            s = per[program]
-            if s is None:
-                continue
-            x = centre + (j - 1) * bar * 1.08 + bar * 0.04
-            tip = (
-                f"{g['io_mode']}, {steps} steps, {program}: {describe(s['median'])} "
-                f"(median of {g['measured']}; {describe(s['min'])} to {describe(s['max'])})"
-            )
-            height = max(base - y(s["median"]), 0.5)
+    return parts
+
+
+def _bars(
+    g: Mapping[str, Any],
+    per: Mapping[str, Any],
+    centre: float,
+    bar: float,
+    y: _Scale,
+    describe: Callable[[float | None], str],
+) -> list[str]:
+    """One group's bars, normal and serialised, each with its tooltip, whisker and cut mark."""
+    parts = []
+    for j, program in enumerate(COLOURS):
+        s = per[program]
+        if s is None:
+            continue
+        x = centre + (j - 1) * bar * 1.08 + bar * 0.04
+        tip = (
+            f"{g['io_mode']}, {g['steps']} steps, {program}: {describe(s['median'])} "
+            f"(median of {g['measured']}; {describe(s['min'])} to {describe(s['max'])})"
+        )
+        height = max(y.base - y(s["median"]), 0.5)
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y.base - height:.1f}" width="{bar:.1f}" height="{height:.1f}" '
+            f'fill="{COLOURS[program]}"><title>{escape(tip)}</title></rect>'
+        )
+        mid, lo, hi = x + bar / 2, y(s["min"]), y(s["max"])
+        if s["max"] > s["min"]:
             parts.append(
-                f'<rect x="{x:.1f}" y="{base - height:.1f}" width="{bar:.1f}" height="{height:.1f}" '
-                f'fill="{COLOURS[program]}"><title>{escape(tip)}</title></rect>'
+                f'<path d="M{mid:.1f} {lo:.1f}V{hi:.1f}M{mid - 3:.1f} {lo:.1f}h6M{mid - 3:.1f} {hi:.1f}h6" '
+                'class="whisker"/>'
             )
-            mid, lo, hi = x + bar / 2, y(s["min"]), y(s["max"])
-            if s["max"] > s["min"]:
-                parts.append(
-                    f'<path d="M{mid:.1f} {lo:.1f}V{hi:.1f}M{mid - 3:.1f} {lo:.1f}h6M{mid - 3:.1f} {hi:.1f}h6" '
-                    'class="whisker"/>'
-                )
-            if s["max"] > top:
-                parts.append(f'<path d="M{mid - 4:.1f} {hi + 1:.1f}l4 -7l4 7z" class="cut"/>')
-    parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}" class="axis"/>')
-    parts.append("</svg>")
-    return "".join(parts)
+        if s["max"] > y.top:
+            parts.append(f'<path d="M{mid - 4:.1f} {hi + 1:.1f}l4 -7l4 7z" class="cut"/>')
+    return parts

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing
 import os
 import sys
@@ -16,7 +15,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from popxl_addons.core import IO_MODES
 from popxl_addons.harness import plan_cli
@@ -266,26 +264,6 @@ def _run(
             done(variants[i])
 
 
-def figures_table(outcomes: Sequence[Outcome], shown: Table, width: int) -> Table | None:
-    """The measured figures that `shown` (the results table) had no room for, a row per variant, or None."""
-    from popxl_addons.harness import report
-
-    # A narrow terminal or a log (80 columns) drops the figure columns from the results table: they follow.
-    headers = {str(c.header) for c in shown.columns}
-    dropped = [c for c in reversed(report._OPTIONAL) if c not in headers]
-    measured = [o for o in outcomes if o.verdict != "SKIP" and any(math.isfinite(s) for s in o.seconds.values())]
-    if not dropped or not measured:
-        return None
-    t = Table(title="Figures per variant", title_justify="left", width=width)
-    t.add_column("variant", overflow="fold")
-    for c in dropped:
-        t.add_column(c, justify="right", no_wrap=True)
-    for o in measured:
-        cells = report._cells(o)
-        t.add_row(cells["variant"], *(cells[c] for c in dropped))
-    return t
-
-
 def write_plot(cases: list[Case], path: str) -> dict[str, Any]:
     """Plot each case's serialised schedule at its largest step count, one panel per io_mode.
 
@@ -353,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     built = [o for o in outcomes if o.variant.case.name not in broken]
     shown = report.table(built, console.width)
     console.print(shown)
-    if (figures := figures_table(built, shown, console.width)) is not None:
+    if (figures := report.figures_table(built, shown, console.width)) is not None:
         console.print(figures)
     for name, error in broken.items():
         last = [line for line in error.strip().splitlines() if line.strip()][-1].strip()

@@ -1,7 +1,9 @@
-"""The harness report: terminal tables that fit the terminal; the JSON and HTML files, from one document."""
+"""The harness report: the terminal tables (results that fit the terminal, the figures they had no room for,
+a summary per case) and the JSON and HTML files, from one document."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,35 +14,23 @@ from rich.table import Table
 
 from popxl_addons.harness import document, report_html
 from popxl_addons.harness.equivalence import VERDICTS, Outcome
+from popxl_addons.harness.units import format_bytes, format_seconds
 
-MiB = 2**20
-_STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold magenta", "SKIP": "dim"}
-# Optional columns, dropped in this order when the terminal is too narrow.
-_OPTIONAL = ("ms normal/serial", "device MiB normal/serial")
-
-
-def _figure(o: Outcome, program: str, figure: str) -> int:
-    return o.memory.get(program, {}).get(figure, -1)
+STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold magenta", "SKIP": "dim"}
+# The figure columns of the results table, dropped in this order when the terminal is too narrow.
+OPTIONAL_COLUMNS = ("time normal/serial", "device normal/serial")
 
 
-def _mib(n: int) -> str:
-    return "-" if n < 0 else f"{n / MiB:.2f}"
-
-
-def _ms(s: float) -> str:
-    return "-" if s != s else f"{s * 1000:.1f}"
-
-
-def _cells(o: Outcome) -> dict[str, str]:
-    v = o.variant
+def cells(o: Outcome) -> dict[str, str]:
+    """One variant's cells of the results table, by column (markup escaped, verdicts styled)."""
+    device = {p: o.memory.get(p, {}).get("device_bytes") for p in ("normal", "serialised")}
     return {
-        "variant": escape(v.id),
-        "verdict": f"[{_STYLE[o.verdict]}]{o.verdict}[/]",
+        "variant": escape(o.variant.id),
+        "verdict": f"[{STYLE[o.verdict]}]{o.verdict}[/]",
         "detail": escape(o.summary),
-        "device MiB normal/serial": f"{_mib(_figure(o, 'normal', 'device_bytes'))}/"
-        f"{_mib(_figure(o, 'serialised', 'device_bytes'))}",
-        "ms normal/serial": f"{_ms(o.seconds.get('normal', float('nan')))}/"
-        f"{_ms(o.seconds.get('serialised', float('nan')))}",
+        "device normal/serial": f"{format_bytes(device['normal'])}/{format_bytes(device['serialised'])}",
+        "time normal/serial": f"{format_seconds(o.seconds.get('normal'))}/"
+        f"{format_seconds(o.seconds.get('serialised'))}",
     }
 
 
@@ -51,11 +41,11 @@ def table(outcomes: Sequence[Outcome], width: int) -> Table:
     dropped, timing first, when the terminal is too narrow for them.
     """
     ran = [o for o in outcomes if o.verdict != "SKIP"]
-    cells = [_cells(o) for o in ran]
-    columns = ["variant", "verdict", "detail", *reversed(_OPTIONAL)]
-    longest = {c: max([len(c)] + [len(row[c]) for row in cells]) for c in columns}
+    rows = [cells(o) for o in ran]
+    columns = ["variant", "verdict", "detail", *reversed(OPTIONAL_COLUMNS)]
+    longest = {c: max([len(c)] + [len(row[c]) for row in rows]) for c in columns}
     longest["verdict"] = 7
-    for dropped in (None, *_OPTIONAL):
+    for dropped in (None, *OPTIONAL_COLUMNS):
         if dropped is not None:
             columns.remove(dropped)
         # Room for the variant and verdict whole, 24 columns of detail, and the borders.
@@ -68,8 +58,26 @@ def table(outcomes: Sequence[Outcome], width: int) -> Table:
     t.add_column("detail", overflow="fold", ratio=2)
     for c in columns[3:]:
         t.add_column(c, justify="right", no_wrap=True)
-    for row in cells:
+    for row in rows:
         t.add_row(*(row[c] for c in columns))
+    return t
+
+
+def figures_table(outcomes: Sequence[Outcome], shown: Table, width: int) -> Table | None:
+    """The measured figures that `shown` (the results table) had no room for, a row per variant, or None."""
+    # A narrow terminal or a log (80 columns) drops the figure columns from the results table: they follow.
+    headers = {str(c.header) for c in shown.columns}
+    dropped = [c for c in reversed(OPTIONAL_COLUMNS) if c not in headers]
+    measured = [o for o in outcomes if o.verdict != "SKIP" and any(math.isfinite(s) for s in o.seconds.values())]
+    if not dropped or not measured:
+        return None
+    t = Table(title="Figures per variant", title_justify="left", width=width)
+    t.add_column("variant", overflow="fold")
+    for c in dropped:
+        t.add_column(c, justify="right", no_wrap=True)
+    for o in measured:
+        row = cells(o)
+        t.add_row(row["variant"], *(row[c] for c in dropped))
     return t
 
 
@@ -89,7 +97,7 @@ def case_summary(outcomes: Sequence[Outcome]) -> Table:
     for verdict in VERDICTS:
         t.add_column(verdict.lower(), justify="right")
     for case, c in counts.items():
-        t.add_row(case, *(f"[{_STYLE[v]}]{c[v]}[/]" if c[v] and v != "PASS" else str(c[v]) for v in VERDICTS))
+        t.add_row(case, *(f"[{STYLE[v]}]{c[v]}[/]" if c[v] and v != "PASS" else str(c[v]) for v in VERDICTS))
     return t
 
 
