@@ -18,6 +18,7 @@ from popxl.opdefs import (  # noqa: F401
     random,
     reduce,
     resample,
+    scatter,
     shape,
     var_updates,
 )

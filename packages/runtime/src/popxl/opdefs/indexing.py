@@ -1,5 +1,5 @@
-"""Indexing ops: gather (grouped too), dynamic slices and updates, one-hot encoding, arg-max and arg-min,
-scatter and scatter-reduce.
+"""Indexing ops: gather (grouped too), dynamic slices and updates, one-hot encoding, arg-max and arg-min, top-k;
+the scatters are in `popxl.opdefs.scatter`.
 
 Every run-time index is checked when the Session has checks on (the default): an index out of its range
 makes `Session.run` raise `popxl.OutOfRangeError` naming the op and the index, and change nothing. With
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from popxl.lowering.interpreter import LoweringContext
 
 
-def _checked(attrs: Attrs) -> frozenset[Resource]:
+def writes_check_result(attrs: Attrs) -> frozenset[Resource]:
+    """The effect of an op that checks its indices at run time: it writes the check result."""
     return frozenset({CHECK_RESULT})
 
 
@@ -44,14 +45,15 @@ def check_indices(ctx: LoweringContext, indices: jax.Array, low: int, high: int,
     ctx.check(jnp.logical_not(jnp.any(outside)), what, flat[jnp.argmax(outside)], high, low=low)
 
 
-def _check_index(what: str, spec: TensorSpec) -> None:
+def check_index_type(what: str, spec: TensorSpec) -> None:
+    """Refuse indices of `what` that are not integers."""
     if not spec.dtype.is_int:
         raise ValueError(f"The indices of {what} must be integers, got {spec.dtype.name}")
 
 
 def _gather_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     t, indices = specs
-    _check_index("gather", indices)
+    check_index_type("gather", indices)
     return {**attrs, "axis": axis_in("gather", attrs["axis"], len(t.shape))}
 
 
@@ -81,7 +83,7 @@ def _lower_gather(ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax
 
 
 # popart lets transforms set the available memory proportion of its gathers and scatters.
-_SETTINGS = frozenset({"available_memory_proportion"})
+GATHER_SCATTER_SETTINGS = frozenset({"available_memory_proportion"})
 
 GATHER = register(
     OpDef(
@@ -91,7 +93,7 @@ GATHER = register(
         grad=vjp_grad({0: (1,)}),
         normalise=_gather_normalise,
         writes=_checked_unless_zero_oor,
-        ipu_settings=_SETTINGS,
+        ipu_settings=GATHER_SCATTER_SETTINGS,
     )
 )
 
@@ -104,7 +106,7 @@ def _slice_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any
 
 def _slice_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
     t, index = specs[0], specs[-1]
-    _check_index("dynamic_slice", index)
+    check_index_type("dynamic_slice", index)
     axes, sizes = attrs["axes"], attrs["sizes"]
     if index.shape != (len(axes),) or len(sizes) != len(axes):
         raise ValueError(
@@ -147,7 +149,7 @@ DYNAMIC_SLICE = register(
         _lower_dynamic_slice,
         grad=vjp_grad({0: (1,)}),
         normalise=_slice_normalise,
-        writes=_checked,
+        writes=writes_check_result,
     )
 )
 
@@ -174,7 +176,7 @@ DYNAMIC_UPDATE = register(
         _lower_update,
         grad=vjp_grad({0: (2,), 1: (2,)}),
         normalise=_slice_normalise,
-        writes=_checked,
+        writes=writes_check_result,
     )
 )
 
@@ -186,14 +188,14 @@ DYNAMIC_UPDATE_INPLACE = register(
         output_names=("dynamic_update_out",),
         normalise=_slice_normalise,
         modifies=modifies_first,
-        writes=_checked,
+        writes=writes_check_result,
     )
 )
 
 
 def _onehot_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     t, values = specs
-    _check_index("onehot", t)
+    check_index_type("onehot", t)
     if values.shape != (2,):
         raise ValueError(f"onehot values must be [off, on] of shape (2,), got {values.shape}")
     return {**attrs, "axis": axis_in("onehot", attrs["axis"], len(t.shape) + 1)}
@@ -219,7 +221,7 @@ ONEHOT = register(
         _lower_onehot,
         grad=vjp_grad({1: (0,)}),
         normalise=_onehot_normalise,
-        writes=_checked,
+        writes=writes_check_result,
     )
 )
 
@@ -285,49 +287,9 @@ TOPK = register(
 )
 
 
-def _scatter_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
-    t, indices, values = specs
-    _check_index("scatter", indices)
-    if not (len(t.shape) == len(indices.shape) == len(values.shape)) or indices.shape != values.shape:
-        raise ValueError(
-            f"scatter needs indices and values of one shape and the rank of t, got t {t.shape}, "
-            f"indices {indices.shape}, values {values.shape}"
-        )
-    if values.dtype is not t.dtype:
-        raise ValueError(f"scatter values must be {t.dtype.name} like t, got {values.dtype.name}")
-    return {**attrs, "axis": axis_in("scatter", attrs["axis"], len(t.shape))}
-
-
-def _lower_scatter(
-    ctx: LoweringContext, attrs: Attrs, t: jax.Array, indices: jax.Array, values: jax.Array
-) -> list[jax.Array]:
-    # ONNX ScatterElements: along `axis` the position comes from `indices`, along the others from the entry itself.
-    axis = attrs["axis"]
-    size = t.shape[axis]
-    # As ONNX, an index in [-size, 0) counts from the end; entries outside [-size, size) write nothing.
-    check_indices(ctx, indices, -size, size, f"scatter along axis {axis}")
-    grid = list(jnp.indices(indices.shape, sparse=True))
-    wrapped = jnp.where(indices < 0, indices + size, indices)
-    grid[axis] = jnp.where((wrapped >= 0) & (wrapped < size), wrapped, size)
-    return [t.at[tuple(grid)].set(values, mode="drop")]
-
-
-SCATTER = register(
-    OpDef(
-        "scatter",
-        lambda specs, attrs: [specs[0]],
-        _lower_scatter,
-        grad=vjp_grad({0: (1,), 2: (1,)}),
-        normalise=_scatter_normalise,
-        writes=_checked,
-        ipu_settings=_SETTINGS,
-    )
-)
-
-
 def _grouped_gather_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
     t, indices = specs
-    _check_index("groupedgather", indices)
+    check_index_type("groupedgather", indices)
     axis = axis_in("groupedgather", attrs["axis"], len(t.shape))
     groups = attrs["group_size"]
     if groups > 1 and (axis == 0 or t.shape[0] != groups or indices.shape[:1] != (groups,)):
@@ -363,93 +325,6 @@ GROUPED_GATHER = register(
         grad=vjp_grad({0: (1,)}),
         normalise=_grouped_gather_normalise,
         writes=_checked_unless_zero_oor,
-        ipu_settings=_SETTINGS,
-    )
-)
-
-SCATTER_REDUCTIONS = ("sum", "min", "max", "none")
-
-
-def _scatter_reduce_normalise(specs: Sequence[TensorSpec], attrs: Attrs) -> dict[str, Any]:
-    data, indices = specs[0], specs[1]
-    _check_index("scatter_reduce", indices)
-    if attrs["reduction"] not in SCATTER_REDUCTIONS:
-        raise ValueError(f"The reduction must be one of {list(SCATTER_REDUCTIONS)}, got {attrs['reduction']!r}")
-    axis = axis_in("scatter_reduce", attrs["axis"], len(data.shape))
-    vector = len(indices.shape) == 1 and indices.shape[0] == data.shape[axis]
-    if indices.shape != data.shape and not vector:
-        raise ValueError(
-            f"scatter_reduce indices of shape {indices.shape} must have the data's shape {data.shape}, or be a "
-            f"vector of its axis {axis} (partial broadcasting is not supported, as in popxl)"
-        )
-    size = attrs["axis_size"]
-    if len(specs) == 3:
-        init = specs[2]
-        size = init.shape[axis] if size is None else size
-        want = (*data.shape[:axis], size, *data.shape[axis + 1 :])
-        if (init.shape, init.dtype) != (want, data.dtype):
-            raise ValueError(f"scatter_reduce initial_values must be {data.dtype.name} {want}, got {init}")
-    if size is None:
-        raise ValueError("One of initial_values and axis_size must be specified")
-    return {**attrs, "axis": axis, "axis_size": int(size)}
-
-
-def _scatter_reduce_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
-    data = specs[0]
-    axis = attrs["axis"]
-    return [TensorSpec((*data.shape[:axis], attrs["axis_size"], *data.shape[axis + 1 :]), data.dtype)]
-
-
-def _extreme(dtype: Any, highest: bool) -> jax.Array:
-    if jnp.issubdtype(dtype, jnp.floating):
-        return jnp.array(jnp.inf if highest else -jnp.inf, dtype)
-    info = jnp.iinfo(dtype)
-    return jnp.array(info.max if highest else info.min, dtype)
-
-
-def _lower_scatter_reduce(
-    ctx: LoweringContext, attrs: Attrs, data: jax.Array, indices: jax.Array, *initial: jax.Array
-) -> list[jax.Array]:
-    axis, reduction, size = attrs["axis"], attrs["reduction"], attrs["axis_size"]
-    out_shape = (*data.shape[:axis], size, *data.shape[axis + 1 :])
-    check_indices(ctx, indices, 0, size, f"scatter_reduce along axis {axis}")
-    # Entries whose index is outside [0, axis_size), negative ones too, reduce into nothing.
-    indices = jnp.where((indices >= 0) & (indices < size), indices, size)
-    if indices.ndim == 1 and data.ndim > 1:
-        indices = indices.reshape([-1 if i == axis else 1 for i in range(data.ndim)])
-    where = list(jnp.indices(data.shape, sparse=True))
-    where[axis] = jnp.broadcast_to(indices, data.shape)
-    target = tuple(where)
-    if initial:
-        base = initial[0]
-    elif reduction in ("min", "max"):
-        base = jnp.full(out_shape, _extreme(data.dtype, highest=reduction == "min"))
-    else:
-        base = jnp.zeros(out_shape, data.dtype)
-    at = base.at[target]
-    if reduction == "sum":
-        out = at.add(data, mode="drop")
-    elif reduction == "max":
-        out = at.max(data, mode="drop")
-    elif reduction == "min":
-        out = at.min(data, mode="drop")
-    else:
-        out = at.set(data, mode="drop")
-    if not initial and reduction in ("min", "max"):
-        # Positions no element reaches are zero, as popart fills them.
-        hit = jnp.zeros(out_shape, bool).at[target].set(True, mode="drop")
-        out = jnp.where(hit, out, jnp.zeros_like(out))
-    return [out]
-
-
-SCATTER_REDUCE = register(
-    OpDef(
-        "scatter_reduce",
-        _scatter_reduce_infer,
-        _lower_scatter_reduce,
-        grad=vjp_grad(),
-        normalise=_scatter_reduce_normalise,
-        writes=_checked,
-        ipu_settings=_SETTINGS,
+        ipu_settings=GATHER_SCATTER_SETTINGS,
     )
 )

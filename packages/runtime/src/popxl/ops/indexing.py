@@ -11,6 +11,7 @@ from popxl import ipu_only
 from popxl.creation import constant
 from popxl.op import create_op
 from popxl.opdefs import indexing as ix
+from popxl.opdefs import scatter as sc
 from popxl.tensor import Tensor
 
 
@@ -133,7 +134,7 @@ def scatter(
     As ONNX, an index in [-size, 0) counts from the end. One outside [-size, size) makes a checked run
     raise `popxl.OutOfRangeError`; with `checks=False` its entry writes nothing, as XLA's scatter.
     `available_memory_proportion` is IPU-only (`popxl.ipu_only`)."""
-    out = create_op(ix.SCATTER, [t, _indices(indices), values], {"axis": axis})[0]
+    out = create_op(sc.SCATTER, [t, _indices(indices), values], {"axis": axis})[0]
     ipu_only.record(out, available_memory_proportion=available_memory_proportion)
     return out
 
@@ -188,6 +189,6 @@ def scatter_reduce(
     inputs = [data, index, *([initial_values] if initial_values is not None else [])]
     attrs = {"reduction": reduction, "axis": axis, "axis_size": axis_size}
     # popxl: `scatterreduce_out` (python/popxl/ops/scatter_reduce.py).
-    out = create_op(ix.SCATTER_REDUCE, inputs, attrs, names=["scatterreduce_out"])[0]
+    out = create_op(sc.SCATTER_REDUCE, inputs, attrs, names=["scatterreduce_out"])[0]
     ipu_only.record(out, available_memory_proportion=available_memory_proportion)
     return out
