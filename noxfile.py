@@ -73,13 +73,18 @@ def _tests(session: nox.Session, package: str, marks: str) -> None:
     Every package has tests that are not slow: collecting none of those fails (pytest's exit code 5) as
     something broken. A package with no test marked slow skips `tests_slow`, and one with no placement test the
     rerun; where the marks are used, a selection of them may still be empty (slow and placement), which passes."""
-    paths = ["examples/tests", "benchmarks/tests"] if package == "examples" else [f"packages/{package}/tests"]
+    paths = {"examples": ["examples/tests", "benchmarks/tests"], "tools": ["tools/tests"]}.get(
+        package, [f"packages/{package}/tests"]
+    )
     if marks == "slow" and not _marked(paths, "slow"):
         session.skip(f"no test of {package} is marked slow")
     if package == "examples":
         _install(session, "harness")
         # The examples' and benchmarks' own tests: every documented option of each script runs at a small size.
         session.install(*TEST_DEPS, *EXAMPLE_DEPS)
+    elif package == "tools":  # the tools read every package (the harness's install brings the others)
+        _install(session, "harness")
+        session.install(*TEST_DEPS)
     else:
         _install(session, package)
         session.install(*TEST_DEPS)
@@ -96,14 +101,14 @@ def _tests(session: nox.Session, package: str, marks: str) -> None:
 
 
 @nox.session
-@nox.parametrize("package", [*PACKAGES, "examples"])
+@nox.parametrize("package", [*PACKAGES, "examples", "tools"])
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, all but those marked slow (`nox -s tests_slow` runs those)."""
     _tests(session, package, "not slow")
 
 
 @nox.session
-@nox.parametrize("package", [*PACKAGES, "examples"])
+@nox.parametrize("package", [*PACKAGES, "examples", "tools"])
 def tests_slow(session: nox.Session, package: str) -> None:
     """One package's slow tests: other processes started (poprun, memory limits), memory measured, timeouts waited
     out, the harness's whole built-in matrix, the examples' training comparisons and the larger benchmark runs."""
@@ -122,10 +127,18 @@ def typecheck(session: nox.Session, package: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over every package, the benchmarks, the examples and this file."""
+    """ruff over every package, the benchmarks, the examples, the tools and this file."""
     session.install("ruff>=0.5")
-    session.run("ruff", "check", "packages", "benchmarks", "examples", "noxfile.py")
-    session.run("ruff", "format", "--check", "packages", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", "packages", "benchmarks", "examples", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "packages", "benchmarks", "examples", "tools", "noxfile.py")
+
+
+@nox.session
+def op_table(session: nox.Session) -> None:
+    """docs/ops.md written again from the op registry, by tools/op_table.py (the tools' tests check it is current)."""
+    _install(session, "runtime")
+    with Path("docs/ops.md").open("w") as out:
+        session.run("python", "-m", "tools.op_table", stdout=out, stderr=None)
 
 
 @nox.session
