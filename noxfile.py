@@ -38,6 +38,9 @@ BENCHMARKS = [
 ]
 # The examples run on every package, and the phased example's data ships with scikit-learn.
 EXAMPLE_DEPS = ["scikit-learn>=1.3"]
+# The GPT example's model, which its script, the examples' tests and the benchmarks import: the project in
+# examples/, installed editable (no distribution ships it).
+EXAMPLES_PROJECT = ["-e", "examples"]
 
 
 def _torch(session: nox.Session) -> None:
@@ -81,7 +84,7 @@ def _tests(session: nox.Session, package: str, marks: str) -> None:
     if package == "examples":
         _install(session, "harness")
         # The examples' and benchmarks' own tests: every documented option of each script runs at a small size.
-        session.install(*TEST_DEPS, *EXAMPLE_DEPS)
+        session.install(*TEST_DEPS, *EXAMPLE_DEPS, *EXAMPLES_PROJECT)
     elif package == "tools":  # the tools read every package (the harness's install brings the others)
         _install(session, "harness")
         session.install(*TEST_DEPS)
@@ -156,7 +159,7 @@ def demo(session: nox.Session) -> None:
 def example(session: nox.Session) -> None:
     """The phased-training examples: a digits classifier and a tensor-parallel GPT, each against un-phased."""
     _install(session, "harness")
-    session.install(*EXAMPLE_DEPS)
+    session.install(*EXAMPLE_DEPS, *EXAMPLES_PROJECT)
     session.run("python", "examples/phased_training.py", *session.posargs)
     session.run("python", "examples/gpt_phased.py")
 
@@ -165,6 +168,7 @@ def example(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Every benchmark; figures go to the untracked out/bench/."""
     _install(session, "harness")
+    session.install(*EXAMPLES_PROJECT)
     for script in BENCHMARKS:
         session.run("python", f"benchmarks/{script}.py", *session.posargs)
 
