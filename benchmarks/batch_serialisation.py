@@ -30,7 +30,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 import popxl
 from popxl import ops
-from popxl.units import memory_figures
+from popxl.memory import memory_figures
 from popxl_addons.core import IO_MODES, Module
 from popxl_addons.core.training import Serialisation, StepOptions, build_training_step
 

@@ -37,7 +37,7 @@ from gpt_jax import train_step
 from gpt_model import Array, Config, initial_weights, phased_program, phased_variable, unphased_program
 
 import popxl
-from popxl.units import memory_figures
+from popxl.memory import memory_figures
 
 # A program built and compiled: a function that runs one step and returns its loss, and its memory figures.
 Built = tuple[Callable[[], float], dict[str, int]]

@@ -149,7 +149,7 @@ def phased_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
     from gpt_model import phased_program
 
     import popxl
-    from popxl.lowering.fit import host_available
+    from popxl.memory import host_available
     from popxl.units import format_bytes
 
     config = _config(spec)
@@ -230,8 +230,8 @@ def jax_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
     from gpt_jax import adam_state, init_stacked, parameters, train_step
 
     import popxl
-    from popxl.lowering.fit import device_available, host_available
-    from popxl.units import format_bytes, memory_figures
+    from popxl.memory import device_available, host_available, memory_figures
+    from popxl.units import format_bytes
 
     config = _config(spec)
     dtype = config.dtype.as_numpy()
@@ -285,7 +285,7 @@ def jax_child(spec: Spec, watch: Stopwatch) -> dict[str, Any]:
 def child(spec: Spec) -> None:
     """Measure one program at one size; print its figures as the last line of standard output."""
     import popxl
-    from popxl.lowering.remote_file import RemoteFileError
+    from popxl.errors import RemoteFileError
 
     # Should the OS have to end a process for memory after all, let it be this one rather than a neighbour's.
     with contextlib.suppress(OSError):

@@ -16,8 +16,9 @@ import pytest
 
 import popxl
 from popxl import ops
+from popxl.errors import RemoteFileError
 from popxl.lowering import disk_tier, remote_file
-from popxl.lowering.remote_file import RemoteFile, RemoteFileError
+from popxl.lowering.remote_file import RemoteFile
 
 ENTRIES = 6
 SHAPE = (8, 16)

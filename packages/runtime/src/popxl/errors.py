@@ -26,6 +26,11 @@ class OutOfMemoryError(MemoryError, popart_exception):
         return str(self)
 
 
+class RemoteFileError(OSError):
+    """A remote buffer's file (`Session(remote_dir=...)`) cannot be made, read or written as asked: the message
+    names the file."""
+
+
 class AutodiffError(RuntimeError, popart_exception):
     """A gradient that cannot be built."""
 

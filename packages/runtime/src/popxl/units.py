@@ -1,18 +1,14 @@
 """Figures as people read them: bytes in binary units and numbers to three significant digits.
 
 Used where the runtime and the tools around it print sizes (out-of-memory errors, reports), so that
-one size reads the same everywhere; and the figures those tools measure a compiled JAX program by
-(`memory_figures`, the lowering's own, re-exported), so that they need not reach into the lowering.
-Not part of popxl's API.
+one size reads the same everywhere. Not part of popxl's API.
 """
 
 from __future__ import annotations
 
 import math
 
-from popxl.lowering.memory import memory_figures
-
-__all__ = ["format_bytes", "memory_figures", "significant"]
+__all__ = ["format_bytes", "significant"]
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

@@ -35,9 +35,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from popxl.errors import RemoteFileError
 from popxl.lowering.disk_schedule import Key, ReadAheadSchedule
 from popxl.lowering.disk_staging import Read, StagingPool
-from popxl.lowering.remote_file import RemoteFile, RemoteFileError, free_bytes
+from popxl.lowering.remote_file import RemoteFile, free_bytes
 from popxl.remote_buffer import RemoteBuffer
 
 Array = np.ndarray[Any, Any]

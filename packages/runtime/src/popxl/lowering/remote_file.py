@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from popxl.errors import RemoteFileError
+
 Array = np.ndarray[Any, Any]
 
 MAGIC = b"POPXL-REMOTE-BUFFER\n"
@@ -41,10 +43,6 @@ VERSION = 1
 BLOCK = 4096
 CHUNK = 8 * 2**20
 _TABLE_DTYPE = np.dtype("<u4")
-
-
-class RemoteFileError(OSError):
-    """A remote buffer's file cannot be made, read or written as asked: the message names the file."""
 
 
 def _round_up(n: int, to: int) -> int:
