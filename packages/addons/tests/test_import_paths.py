@@ -1,12 +1,12 @@
 """popxl-addons' module paths import as its programs spell them, offer the names the table in
-`popxl_addons._paths` gives them (each the object its source defines), raise a useful error for the
-names this project lacks, and name the distribution to install for the paths another one ships."""
+`popxl_addons._paths` gives them (each the object its source defines), and raise a useful error for the
+names this project lacks."""
 
 from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -16,74 +16,52 @@ import pytest
 import popxl_addons
 import popxl_addons as addons
 import popxl_addons.core
-from popxl_addons import _distributions
 from popxl_addons._not_implemented import NotImplementedHereError
-from popxl_addons._paths import (
-    BY_MODULE,
-    PATHS,
-    SUBPACKAGES,
-    From,
-    ModulePath,
-    distribution,
-    missing_names,
-    package_of,
-    shipped_apart,
-)
+from popxl_addons._paths import BY_MODULE, PATHS, ROOT, From, ModulePath, missing_names
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _installed(module: str) -> bool:
-    """Whether the distribution that ships `module` (a path of the table, or a module of a sub-package) is installed."""
-    known = module in BY_MODULE or module in SUBPACKAGES
-    package = package_of(module) if known else next(p for s, p in SUBPACKAGES.items() if module.startswith(f"{s}."))
-    root = next(sub for sub, owner in SUBPACKAGES.items() if owner == package)
-    try:
-        return importlib.util.find_spec(root) is not None
-    except ModuleNotFoundError:  # the finder naming the distribution to install
-        return False
-
-
-def _needs(source: From, name: str) -> str:
-    """The module whose distribution `from source import name` needs: the sub-module, where `name` is one."""
-    sub = f"{source.source}.{name}"
-    return sub if sub in BY_MODULE or sub in SUBPACKAGES else source.source
-
-
-def _value(source: From, name: str) -> object:
-    """`name` as its source offers it (`from source import name`)."""
-    module = importlib.import_module(source.source)
-    return vars(module)[name] if name in vars(module) else importlib.import_module(f"{source.source}.{name}")
+def _value(source: str, name: str) -> object:
+    """`name` as `source` offers it (`from source import name`)."""
+    module = importlib.import_module(source)
+    return vars(module)[name] if name in vars(module) else importlib.import_module(f"{source}.{name}")
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.module for p in PATHS])
 def test_every_path_imports_with_the_names_of_the_table(path: ModulePath) -> None:
-    if not _installed(path.module):
-        with pytest.raises(ModuleNotFoundError, match=f"popxl-addons-{path.package}"):
-            importlib.import_module(path.module)
-        return
     module = importlib.import_module(path.module)
     assert module.__name__ == path.module
+    for name in path.submodules:
+        assert getattr(module, name) is importlib.import_module(f"{path.module}.{name}"), f"{path.module}.{name}"
     for source in path.sources:
-        for name in [n for n in source.names if _installed(_needs(source, n))]:
-            assert getattr(module, name) is _value(source, name), f"{path.module}.{name}"
-            assert (name in getattr(module, "__all__", [name])) == source.listed, f"{path.module}.{name}"
+        for name in source.names():
+            assert getattr(module, name) is _value(source.source, name), f"{path.module}.{name}"
+    own = ["GIT_COMMIT"] if path.module == ROOT else []
+    assert module.__all__ == [*path.names(), *own]
 
 
 def test_each_name_comes_from_the_module_the_table_says() -> None:
     """A name the table takes from one of this project's modules (not a popxl-addons path) is defined
-    there or in a module of that package: the table's source column is the true one."""
+    there or in a module of that package, unless popxl defines it: the table's source column is the true one."""
     for path in PATHS:
         for source in path.sources:
-            if source.source in BY_MODULE or not _installed(source.source):
+            if source.source in BY_MODULE and BY_MODULE[source.source].shell:
                 continue
-            for name in source.names:
-                value = _value(source, name)
-                if isinstance(value, type | types.FunctionType):  # what carries the module defining it
+            for name in source.names():
+                value = _value(source.source, name)
+                # What carries the module defining it; popxl's own names are re-exported where they fit.
+                if isinstance(value, type | types.FunctionType) and value.__module__.startswith("popxl_addons."):
                     defined_in = value.__module__
                     assert defined_in == source.source or defined_in.startswith(f"{source.source}."), (
                         f"{path.module}.{name} comes from {defined_in}, not {source.source}"
                     )
+
+
+def test_a_subset_names_what_its_source_offers() -> None:
+    with pytest.raises(ValueError, match=r"popxl_addons\.core\.utils offers no not_a_name: the table names them"):
+        From("popxl_addons.core.utils", but=("not_a_name",)).names()
+    assert From("popxl_addons.core.utils", only=("timer",)).names() == ["timer"]
 
 
 def test_top_level_names_are_cores() -> None:
@@ -117,7 +95,7 @@ def test_a_missing_name_raises_not_implemented(module: str, name: str, instead: 
     assert not instead or str(raised.value).endswith(f"; instead use {instead}")
     with pytest.raises(NotImplementedHereError, match=rf"{module}\.{name}"):
         exec(f"from {module} import {name}", {})
-    assert name not in getattr(path, "__all__", []) and name not in BY_MODULE[module].names
+    assert name not in getattr(path, "__all__", []) and name not in BY_MODULE[module].names()
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         path.not_a_name  # noqa: B018
 
@@ -150,33 +128,12 @@ def test_unknown_names_raise_attribute_error() -> None:
     assert not hasattr(addons.ops, "not_a_name")
 
 
-# The paths and sub-packages shipped apart from their parent package: what a missing distribution takes away.
-_APART = [module for module in [*BY_MODULE, *SUBPACKAGES] if shipped_apart(module)]
-
-
-def test_missing_distribution_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With only popxl-addons installed, the paths the harness ships say which distribution to install."""
-    core_dir = str(Path(popxl_addons.__file__).parent)
-    # As if the harness' folder were absent.
-    monkeypatch.setattr(popxl_addons, "__path__", [core_dir])
-    monkeypatch.setattr(popxl_addons.ops, "__path__", [str(Path(core_dir, "ops"))])
-    for name in [n for n in sys.modules if n.startswith(tuple(_APART))]:
-        monkeypatch.delitem(sys.modules, name)
-    # (vars, not hasattr: asking for a missing distribution's package raises the error under test.)
-    for module in _APART:
-        package, _, attr = module.rpartition(".")
-        if attr in vars(sys.modules[package]):
-            monkeypatch.delattr(sys.modules[package], attr)
-    for module in _APART:
-        with pytest.raises(ModuleNotFoundError, match=f"pip install {distribution(module)}"):
-            importlib.import_module(module)
-    with pytest.raises(ModuleNotFoundError, match=r"^No module named 'popxl_addons\.nothing'"):
-        importlib.import_module("popxl_addons.nothing")  # other missing paths keep Python's message
-    assert addons.Module is popxl_addons.core.Module  # the rest is unaffected
-
-
-def test_finder_is_last_and_installed_once() -> None:
-    finders = [f for f in sys.meta_path if isinstance(f, _distributions.MissingDistributionFinder)]
-    assert len(finders) == 1
-    _distributions.install_finder()
-    assert [f for f in sys.meta_path if isinstance(f, _distributions.MissingDistributionFinder)] == finders
+def test_the_sub_packages_import_on_first_use() -> None:
+    """As in popxl-addons, the root does not import `layers` or `collectives`; asking for them does."""
+    assert addons.layers is importlib.import_module("popxl_addons.layers")
+    assert addons.collectives is importlib.import_module("popxl_addons.collectives")
+    assert "layers" not in addons.__all__ and "collectives" not in addons.__all__
+    imported = "import sys, popxl_addons; print(sorted(m for m in sys.modules if m.startswith('popxl_addons.')))"
+    modules = subprocess.run([sys.executable, "-c", imported], capture_output=True, text=True, check=True).stdout
+    assert "popxl_addons.core" in modules and "popxl_addons.layers" not in modules
+    assert "popxl_addons.collectives" not in modules and "popxl_addons.harness" not in modules

@@ -25,5 +25,5 @@ def test_embedding_group_norm_and_conv_through_popxl_addons_paths() -> None:
     assert addons.layers.GroupNorm is popxl_addons.layers.group_norm.GroupNorm
     assert addons.layers.Conv2D is popxl_addons.layers.conv.Conv2D
     for name in ("Embedding", "MULTISLICE_MAGIC_NUMBER", "GroupNorm", "Conv2D"):
-        assert name in BY_MODULE["popxl_addons.layers"].names
+        assert name in BY_MODULE["popxl_addons.layers"].names()
     from popxl_addons.layers import Conv2D, Embedding, GroupNorm  # noqa: F401  (popxl-addons programs' import)

@@ -1,14 +1,10 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons`: as its programs import it (`import popxl_addons as addons; addons.Module`)."""
 
+import importlib
 from pkgutil import extend_path
 
-# Every distribution's folder of this package (an editable install keeps them apart), before
-# the imports: a sub-package's `extend_path` searches this `__path__`.
-__path__ = extend_path(__path__, __name__)
-
 from popxl_addons import (
-    _distributions,
     array_munging,
     debugging,
     dot_tree,
@@ -31,7 +27,6 @@ from popxl_addons import (
     utils,
     variable_factory,
 )
-from popxl_addons._lazy import on_first_use
 from popxl_addons.array_munging import (
     handle_negative_axis,
     pad_axis,
@@ -102,7 +97,8 @@ from popxl_addons.variable_factory import (
     add_variable_input,
 )
 
-_distributions.install_finder()
+# Every installed folder of this package: an editable install keeps the harness's apart.
+__path__ = extend_path(__path__, __name__)
 
 # The commit of popxl-addons' own git checkout there; this project is not popxl-addons' repository.
 GIT_COMMIT: str | None = None
@@ -191,15 +187,15 @@ __all__ = [
     "batch_serialise",
     "batch_serialise_fwd_and_grad",
     "pipelined_execution",
-    "recompute_graph",
     "add_recompute_inputs",
+    "recompute_graph",
     "disable_fc_pass",
     "enable_fc_pass",
     "timer",
     "OrderedDict",
     "WeightsDict",
-    "duplicate_items",
     "suffix_graph_name",
+    "duplicate_items",
     "VariableFactory",
     "NamedVariableFactories",
     "add_variable_input",
@@ -207,5 +203,9 @@ __all__ = [
     "GIT_COMMIT",
 ]
 
-_ON_FIRST_USE = {"layers": "popxl_addons", "collectives": "popxl_addons", "harness": "popxl_addons"}
-__getattr__ = on_first_use(__name__, _ON_FIRST_USE)
+
+def __getattr__(name: str) -> object:
+    """The sub-packages not imported with the package (`layers`, `collectives`, `harness`), on first use."""
+    if name in ("layers", "collectives", "harness"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name)

@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.dot_tree`, re-exporting the names of `popxl_addons.core.modules.dot_tree`."""
 
 from popxl_addons.core.modules.dot_tree import DotTree, sanitise, to_mapping

@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.named_replica_grouping`: with one instance (one process) the instance groupings are the
 groupings themselves; the IPU-Link-Domain ones only group replicas."""
 

@@ -1,6 +1,5 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
-"""popxl-addons' `popxl_addons.performance_utils`, re-exporting the names of
-`popxl_addons.core.performance_utils`."""
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
+"""popxl-addons' `popxl_addons.performance_utils`, re-exporting the names of `popxl_addons.core.performance_utils`."""
 
 from popxl_addons.core.performance_utils import (
     evaluate_FLOPs,

@@ -1,5 +1,6 @@
-"""popxl-addons collectives: tensor-parallel all-reduces with special gradients, strided collectives, and
-the cross entropy of logits whose classes are sharded."""
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
+"""popxl-addons' `popxl_addons.collectives`: tensor-parallel all-reduces with special gradients, strided collectives,
+the layer norm of a sharded hidden axis, and the cross entropy of logits whose classes are sharded."""
 
 from popxl_addons.collectives.all_reduce_tp import (
     PatternNotAppliedError,
@@ -21,17 +22,17 @@ from popxl_addons.collectives.strided import (
 
 __all__ = [
     "PatternNotAppliedError",
+    "replicated_all_reduce_identical_inputs",
+    "replicated_all_reduce_identical_grad_inputs",
+    "replicated_all_reduce",
     "cross_entropy_sharded_loss",
     "cross_entropy_sharded_wr_loss",
     "layer_norm_distributed",
     "LayerNormDistributed",
-    "replicated_all_reduce",
-    "replicated_all_reduce_identical_grad_inputs",
-    "replicated_all_reduce_identical_inputs",
     "replicated_all_gather_strided",
     "replicated_all_reduce_strided",
-    "replicated_all_reduce_strided_graph",
-    "replicated_all_reduce_strided_identical_grad_inputs",
     "replicated_all_reduce_strided_identical_inputs",
+    "replicated_all_reduce_strided_identical_grad_inputs",
+    "replicated_all_reduce_strided_graph",
     "replicated_reduce_scatter_strided",
 ]

@@ -1,10 +1,8 @@
 """popxl-addons' `LayerNormDistributed` layer: a layer norm of an input whose hidden axis is sharded.
 
-It ships here, in popxl-addons-collectives, rather than in popxl-addons-layers, because it is
-built on a collective op: the layers distribution depends on core only, so that it installs
-without the collectives; `popxl_addons.layers.layer_norm_distributed` (popxl-addons' path)
-resolves the name from here on first use, and says to install popxl-addons-collectives when
-it is missing.
+It lives beside its collective op, and `popxl_addons.collectives` offers the two together; popxl-addons'
+path `popxl_addons.layers.layer_norm_distributed` re-exports it from here. The layers may import the
+collectives so, as the collectives import nothing of the layers: no import circle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""popxl-addons layers: Linear, LayerNorm, GroupNorm, Conv2D, Embedding and Scale."""
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
+"""popxl-addons' `popxl_addons.layers`: Linear, LayerNorm, GroupNorm, Conv2D, Embedding, Scale and the FP8 and
+group-quantised linears."""
 
 from popxl_addons.layers.conv import Conv2D
 from popxl_addons.layers.embedding import MULTISLICE_MAGIC_NUMBER, Embedding
@@ -10,8 +12,8 @@ from popxl_addons.layers.linear_gq import LinearGQ
 from popxl_addons.layers.scale import Scale
 
 __all__ = [
-    "MULTISLICE_MAGIC_NUMBER",
     "Conv2D",
+    "MULTISLICE_MAGIC_NUMBER",
     "Embedding",
     "GroupNorm",
     "LayerNorm",

@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops`: the ops this project has, under popxl-addons' names. As there, a function imported
 from the sub-module of its name is bound over it, and the custom ops' sub-packages import when asked for."""
 

@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.cross_entropy`, re-exporting the names of `popxl_addons.core.ops.cross_entropy`."""
 
 from popxl_addons.core.ops.cross_entropy import cross_entropy, cross_entropy_with_grad

@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.transforms`, re-exporting its sub-modules' names."""
 
 from popxl_addons.transforms import (
@@ -38,8 +38,8 @@ __all__ = [
     "batch_serialise",
     "batch_serialise_fwd_and_grad",
     "pipelined_execution",
-    "recompute_graph",
     "add_recompute_inputs",
+    "recompute_graph",
     "disable_fc_pass",
     "enable_fc_pass",
 ]

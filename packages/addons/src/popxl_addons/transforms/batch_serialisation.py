@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.transforms.batch_serialisation`, re-exporting the names of
 `popxl_addons.core.transforms.batch_serialisation`."""
 
@@ -11,9 +11,9 @@ from popxl_addons.core.transforms.batch_serialisation import (
 )
 
 __all__ = [
+    "BatchSerialResult",
+    "RemoteHandle",
+    "batch_serial_buffer",
     "batch_serialise",
     "batch_serialise_fwd_and_grad",
-    "batch_serial_buffer",
-    "RemoteHandle",
-    "BatchSerialResult",
 ]

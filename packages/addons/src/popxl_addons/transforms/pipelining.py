@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.transforms.pipelining`: the stages run one after another on one device
 (docs/pipelining.md). Not implemented here: `Pipelining`, `PipelineBoundGraph` (they raise
 `NotImplementedHereError`)."""

@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.cross_entropy_sharded_loss`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.cross_entropy_sharded_loss.cross_entropy_sharded_loss import cross_entropy_sharded_loss

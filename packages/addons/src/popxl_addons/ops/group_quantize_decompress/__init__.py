@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.group_quantize_decompress`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.group_quantize_decompress.group_quantize_decompress import (
@@ -7,4 +7,4 @@ from popxl_addons.ops.group_quantize_decompress.group_quantize_decompress import
     group_quantize_decompress_numpy,
 )
 
-__all__ = ["group_quantize_decompress", "group_quantize_decompress_numpy", "group_quantize_compress_numpy"]
+__all__ = ["group_quantize_compress_numpy", "group_quantize_decompress", "group_quantize_decompress_numpy"]

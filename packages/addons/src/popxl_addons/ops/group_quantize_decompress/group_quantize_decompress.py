@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.group_quantize_decompress.group_quantize_decompress`, re-exporting the names of
 `popxl_addons.core.ops.group_quantize`."""
 
@@ -8,4 +8,4 @@ from popxl_addons.core.ops.group_quantize import (
     group_quantize_decompress_numpy,
 )
 
-__all__ = ["group_quantize_decompress", "group_quantize_decompress_numpy", "group_quantize_compress_numpy"]
+__all__ = ["group_quantize_compress_numpy", "group_quantize_decompress", "group_quantize_decompress_numpy"]

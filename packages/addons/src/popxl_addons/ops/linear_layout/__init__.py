@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.linear_layout`, re-exporting its sub-modules' names."""
 
 from popxl_addons.ops.linear_layout.linear_layout import linear_layout

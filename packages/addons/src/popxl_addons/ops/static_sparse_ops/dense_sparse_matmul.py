@@ -1,4 +1,4 @@
-# Generated from the table in popxl_addons/_paths.py by `python -m popxl_addons._shells`; do not edit.
+# Generated from the table in popxl_addons/_paths.py by `python -m tools.shells`; do not edit.
 """popxl-addons' `popxl_addons.ops.static_sparse_ops.dense_sparse_matmul`, re-exporting the names of
 `popxl_addons.core.ops.static_sparse_ops`."""
 
