@@ -145,6 +145,13 @@ def op_table(session: nox.Session) -> None:
 
 
 @nox.session
+def shells(session: nox.Session) -> None:
+    """popxl-addons' re-export modules and core/__init__.py written again from the path table, by tools/shells.py."""
+    _install(session, "addons")
+    session.run("python", "-m", "tools.shells")
+
+
+@nox.session
 def demo(session: nox.Session) -> None:
     """The main job: the harness report over its built-in normal-vs-serialised cases.
 
