@@ -175,11 +175,11 @@ POPXL_OPS: dict[str, list[str]] = {
 
 
 def _in_place(opdef: OpDef) -> str:
-    if opdef.view_update is not None:
+    if opdef.aliasing.view_update is not None:
         return "a view: shares its inputs' storage"
-    if opdef.modifies_note:
-        return "updates " + opdef.modifies_note
-    updated = opdef.modifies({})
+    if opdef.aliasing.note:
+        return "updates " + opdef.aliasing.note
+    updated = opdef.aliasing.modifies({})
     return ", ".join(f"updates input {i}" for i in sorted(updated))
 
 

@@ -254,7 +254,7 @@ def test_patterns_level_names_the_levels() -> None:
 
 def test_op_to_identity_replaces_the_declaring_kinds_ops() -> None:
     """An op kind declared identity-replaceable becomes an identity where its predicate holds, only there."""
-    from popxl.extension import OpDef, create_op, register
+    from popxl.extension import OpDef, PopartFacts, create_op, register
 
     def refuse(op: Any) -> None:
         if op.attrs["same"]:
@@ -266,7 +266,7 @@ def test_op_to_identity_replaces_the_declaring_kinds_ops() -> None:
             lambda specs, attrs: [specs[0]],
             lambda ctx, attrs, x: [2 * x],
             check=refuse,
-            identity_when=lambda op: bool(op.attrs["same"]),
+            popart=PopartFacts(identity_when=lambda op: bool(op.attrs["same"])),
         )
     )
     ir = popxl.Ir()

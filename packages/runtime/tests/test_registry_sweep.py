@@ -840,12 +840,12 @@ def test_gradient(name: str) -> None:
     check_gradient(REGISTRY[name], EXAMPLES[name])
 
 
-@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].flops is not None))
+@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].popart.flops is not None))
 def test_flops(name: str) -> None:
     check_flops(REGISTRY[name], EXAMPLES[name])
 
 
-@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].ipu_settings))
+@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if REGISTRY[n].popart.ipu_settings))
 def test_ipu_settings(name: str) -> None:
     check_ipu_settings(REGISTRY[name], EXAMPLES[name])
 

@@ -1,8 +1,9 @@
 """The runtime's extension point: define new op kinds outside the runtime.
 
 An extension defines an `OpDef` (its declarations are documented there:
-shape rule, lowering, gradient, resources read and written, subgraphs,
-replica groupings, in-place updates, and optionally a `check` run when a
+shape rule, lowering, gradient, resources read and written, subgraphs and
+replica groupings (`Effects`), in-place updates (`Aliasing`), popart's facts
+for popxl-addons (`PopartFacts`), and optionally a `check` run when a
 Session is created), registers it with `register`, and creates ops with
 `create_op`; `replace_with_identity` rewrites an op into an identity.
 Lowerings receive a `LoweringContext`; `all_reduce_values` and
@@ -14,7 +15,7 @@ with the weights, as popxl's `replica_sharded_variable` does.
 from popxl.creation import loaded_variable
 from popxl.grad_builder import GradBuilder
 from popxl.lowering.interpreter import LoweringContext
-from popxl.op import REGISTRY, Attrs, Op, OpDef, create_op, register
+from popxl.op import REGISTRY, Aliasing, Attrs, Effects, Op, OpDef, PopartFacts, create_op, register
 from popxl.opdefs.collectives import all_reduce_values, gather_values, group_of
 from popxl.opdefs.elementwise import IDENTITY
 
@@ -29,11 +30,14 @@ def replace_with_identity(op: Op) -> None:
 
 __all__ = [
     "REGISTRY",
+    "Aliasing",
     "Attrs",
+    "Effects",
     "GradBuilder",
     "LoweringContext",
     "Op",
     "OpDef",
+    "PopartFacts",
     "all_reduce_values",
     "create_op",
     "loaded_variable",

@@ -7,7 +7,7 @@ not change), whether to dither a convolution's tile mapping, which tensor to
 copy a tile layout from (`sparse_accumulate_`'s `W`), and the like; popart's
 transforms change some of them on existing ops (the available memory
 proportion, a matmul's `fully_connected_pass`), on the kinds whose
-`OpDef.ipu_settings` name them. XLA plans memory, layouts and accumulation
+`PopartFacts.ipu_settings` name them. XLA plans memory, layouts and accumulation
 itself, so none of them changes what a program computes here.
 
 Every op function of `popxl.ops`, and every transform, hands such values to

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from popxl import context
@@ -76,6 +76,67 @@ def _no_modifications(attrs: Attrs) -> Mapping[int, int | None]:
     return {}
 
 
+@dataclass(frozen=True)
+class Effects:
+    """What one execution of an op kind touches beyond its inputs and outputs.
+
+    - `reads(attrs)` / `writes(attrs)`: the resources (remote buffers, host
+      streams, the run-time check result) an execution may read / replace.
+    - `subgraphs(attrs)`: the graphs the op runs, how often, and whether the
+      op's inputs and outputs follow each graph's (`Subgraph`).
+    - `groupings(attrs)`: the replica groupings the op communicates over.
+    """
+
+    reads: EffectFn = no_resources
+    writes: EffectFn = no_resources
+    subgraphs: Callable[[Attrs], Sequence[Subgraph]] = _none
+    groupings: Callable[[Attrs], Sequence[ReplicaGrouping]] = _none
+
+
+@dataclass(frozen=True)
+class Aliasing:
+    """Which inputs an op kind updates in place, and whether its output is a view of them.
+
+    - `modifies(attrs)`: input index -> index of the output holding its updated
+      value (the output aliases the input), or None when no output does.
+    - `view_update(attrs, inputs, view)`: declared by in-place view ops
+      (`reshape_`, `slice_`, ...), whose output is a view of their inputs and
+      shares their storage, so that an in-place update of either is seen
+      through both; it returns the inputs' values with the viewed elements
+      replaced by `view`.
+    - `note`: for kinds whose updated inputs depend on their attrs, which ones,
+      in words.
+    """
+
+    modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
+    view_update: ViewUpdateFn | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PopartFacts:
+    """What popxl-addons' reports and transforms know of an op kind as popart's op.
+
+    - `op_type`: popart's op type of the kind (`MatMul`, `Add`, `Call`, ...),
+      which keys popxl-addons' reports; empty where no report asks for it.
+    - `flops(in_specs, out_specs, attrs)`: the floating-point operations one
+      execution performs, from shapes alone, for the kinds popxl-addons' FLOP
+      estimate counts (None: it counts nothing for the kind).
+    - `ipu_settings`: the IPU-only settings (`popxl.ipu_only`) that popart lets
+      transforms set on an existing op of the kind: `available_memory_proportion`
+      (`available_memory_proportions` for convolutions, one per convolution) and
+      matmuls' `fully_connected_pass`.
+    - `identity_when(op)`: popart's OpToIdentityPattern: whether the op, of a
+      kind that may become an identity of its first input, does so when
+      popxl-addons' pre-alias patterns run (None: the kind never does).
+    """
+
+    op_type: str = ""
+    flops: FlopsFn | None = None
+    ipu_settings: frozenset[str] = frozenset()
+    identity_when: Callable[[Op], bool] | None = None
+
+
 @dataclass(eq=False)
 class OpDef:
     """Definition of one op kind.
@@ -87,35 +148,15 @@ class OpDef:
       new value of each modified input that no output carries, in input order.
     - `grad(builder, op, output_grads)` creates gradient ops in the current
       graph and returns one gradient (or None) per input.
-    - `reads(attrs)` / `writes(attrs)`: the resources (remote buffers, host
-      streams, the run-time check result) an execution may read / replace.
-    - `subgraphs(attrs)`: the graphs the op runs, how often, and whether the
-      op's inputs and outputs follow each graph's (`Subgraph`).
-    - `groupings(attrs)`: the replica groupings the op communicates over.
-    - `modifies(attrs)`: input index -> index of the output holding its updated
-      value (the output aliases the input), or None when no output does.
-    - `view_update(attrs, inputs, view)`: declared by in-place view ops
-      (`reshape_`, `slice_`, ...), whose output is a view of their inputs and
-      shares their storage, so that an in-place update of either is seen
-      through both; it returns the inputs' values with the viewed elements
-      replaced by `view`.
     - `check(op)` may refuse an op when a session is created.
-    - `flops(in_specs, out_specs, attrs)`: the floating-point operations one
-      execution performs, from shapes alone, for the kinds popxl-addons' FLOP
-      estimate counts (None: it counts nothing for the kind).
-    - `popart_type`: popart's op type of the kind (`MatMul`, `Add`, `Call`, ...),
-      which keys popxl-addons' reports; empty where no report asks for it.
-    - `ipu_settings`: the IPU-only settings (`popxl.ipu_only`) that popart lets
-      transforms set on an existing op of the kind: `available_memory_proportion`
-      (`available_memory_proportions` for convolutions, one per convolution) and
-      matmuls' `fully_connected_pass`.
-    - `identity_when(op)`: popart's OpToIdentityPattern: whether the op, of a
-      kind that may become an identity of its first input, does so when
-      popxl-addons' pre-alias patterns run (None: the kind never does).
+    - `effects`: the resources it reads and writes, the subgraphs it runs and
+      the replica groupings it communicates over (`Effects`).
+    - `aliasing`: the inputs it updates in place, and how a view writes
+      through to its inputs (`Aliasing`).
+    - `popart`: its popart op type, FLOP count, settable IPU-only settings and
+      identity rewrite, for popxl-addons (`PopartFacts`).
     - `departure`: where the op kind computes or differentiates differently
       from popxl, or has no popxl op, in words (empty: it does as popxl).
-    - `modifies_note`: for kinds whose updated inputs depend on their attrs,
-      which ones, in words.
     - `origin`: the module that registered the kind, filled in by `register`
       (the runtime's own kinds are those from `popxl.*`).
     """
@@ -126,19 +167,11 @@ class OpDef:
     grad: GradFn | None = None
     normalise: NormaliseFn | None = None
     output_names: tuple[str, ...] = ()
-    reads: EffectFn = no_resources
-    writes: EffectFn = no_resources
-    subgraphs: Callable[[Attrs], Sequence[Subgraph]] = _none
-    groupings: Callable[[Attrs], Sequence[ReplicaGrouping]] = _none
-    modifies: Callable[[Attrs], Mapping[int, int | None]] = _no_modifications
-    view_update: ViewUpdateFn | None = None
     check: Callable[[Op], None] | None = None
-    flops: FlopsFn | None = None
-    popart_type: str = ""
-    ipu_settings: frozenset[str] = frozenset()
-    identity_when: Callable[[Op], bool] | None = None
+    effects: Effects = field(default_factory=Effects)
+    aliasing: Aliasing = field(default_factory=Aliasing)
+    popart: PopartFacts = field(default_factory=PopartFacts)
     departure: str = ""
-    modifies_note: str = ""
     origin: str = ""
 
     def out_name(self, i: int) -> str:
@@ -200,34 +233,35 @@ class Op:
     @property
     def reads(self) -> frozenset[Resource]:
         """The resources one execution of the op may read."""
-        return self.opdef.reads(self.attrs)
+        return self.opdef.effects.reads(self.attrs)
 
     @property
     def writes(self) -> frozenset[Resource]:
         """The resources one execution of the op may replace."""
-        return self.opdef.writes(self.attrs)
+        return self.opdef.effects.writes(self.attrs)
 
     @property
     def subgraphs(self) -> tuple[Subgraph, ...]:
         """The graphs the op runs, with how often each runs."""
-        return tuple(self.opdef.subgraphs(self.attrs))
+        return tuple(self.opdef.effects.subgraphs(self.attrs))
 
     @property
     def groupings(self) -> tuple[ReplicaGrouping, ...]:
         """The replica groupings the op communicates over."""
-        return tuple(self.opdef.groupings(self.attrs))
+        return tuple(self.opdef.effects.groupings(self.attrs))
 
     @property
     def modifies(self) -> Mapping[int, int | None]:
         """Modified input index -> the output aliasing its new value (or None)."""
-        return self.opdef.modifies(self.attrs)
+        return self.opdef.aliasing.modifies(self.attrs)
 
     @property
     def flops(self) -> int | None:
-        """The floating-point operations of one execution, where the op kind counts them (`OpDef.flops`)."""
-        if self.opdef.flops is None:
+        """The floating-point operations of one execution, where the op kind counts them (`PopartFacts.flops`)."""
+        flops = self.opdef.popart.flops
+        if flops is None:
             return None
-        return self.opdef.flops([t.spec for t in self.inputs], [t.spec for t in self.outputs], self.attrs)
+        return flops([t.spec for t in self.inputs], [t.spec for t in self.outputs], self.attrs)
 
     def __repr__(self) -> str:
         ins = ", ".join(t.id for t in self.inputs)

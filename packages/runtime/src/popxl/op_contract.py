@@ -181,7 +181,7 @@ def check_values(opdef: OpDef, factory: ExampleFactory) -> None:
     want = example.reference(*(jnp.asarray(v) for v in example.inputs))
     assert len(got) == len(want), f"{opdef.name}: {len(got)} outputs, the reference gives {len(want)}"
     _assert_close(got, want, example, [f"{opdef.name} output {k}" for k in range(len(want))])
-    if opdef.view_update is not None:
+    if opdef.aliasing.view_update is not None:
         _check_view_update(opdef, op.attrs, [jnp.asarray(v) for v in example.inputs], got[0])
 
 
@@ -195,12 +195,13 @@ def _assert_close(got: Sequence[Any], want: Sequence[Any], example: OpExample, l
 
 def _check_view_update(opdef: OpDef, attrs: Mapping[str, Any], inputs: list[jax.Array], view: jax.Array) -> None:
     """Writing a view's own value changes nothing; writing a new value makes the view read it back."""
-    assert opdef.view_update is not None
-    same = opdef.view_update(attrs, inputs, view)
+    update = opdef.aliasing.view_update
+    assert update is not None
+    same = update(attrs, inputs, view)
     for k, (a, b) in enumerate(zip(same, inputs, strict=True)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{opdef.name}: input {k} changed")
     new = jnp.asarray(np.random.default_rng(0).normal(size=view.shape), view.dtype)
-    updated = opdef.view_update(attrs, inputs, new)
+    updated = update(attrs, inputs, new)
     reread = opdef.lower(None, attrs, *updated)[0]
     np.testing.assert_array_equal(np.asarray(reread), np.asarray(new), err_msg=f"{opdef.name}: view update lost")
 
@@ -260,7 +261,9 @@ def check_flops(opdef: OpDef, factory: ExampleFactory) -> None:
     _, graph, op, example = _build(opdef, factory)
     declared = op.flops
     assert declared is not None, f"{opdef.name}: declares no FLOP count"
-    assert opdef.popart_type, f"{opdef.name}: a FLOP count is reported under popart's op type, which it does not name"
+    assert opdef.popart.op_type, (
+        f"{opdef.name}: a FLOP count is reported under popart's op type, which it does not name"
+    )
 
     def lower(*values: jax.Array) -> Sequence[jax.Array]:
         return opdef.lower(_context([graph], op, example), op.attrs, *values)
@@ -276,7 +279,7 @@ def check_flops(opdef: OpDef, factory: ExampleFactory) -> None:
     assert counted / 2 <= total <= 2 * counted, f"{opdef.name}: declares {total} FLOPs, XLA counts {counted}"
 
 
-# A valid value of each IPU-only setting that transforms may set on existing ops (`OpDef.ipu_settings`).
+# A valid value of each IPU-only setting that transforms may set on existing ops (`PopartFacts.ipu_settings`).
 _SETTING_VALUES: dict[str, Any] = {
     "available_memory_proportion": 0.25,
     "available_memory_proportions": [0.25],
@@ -287,21 +290,23 @@ _SETTING_VALUES: dict[str, Any] = {
 def check_ipu_settings(opdef: OpDef, factory: ExampleFactory) -> None:
     """Each IPU-only setting the op kind declares settable is recorded on its op and read back."""
     _, _, op, _ = _build(opdef, factory)
-    for name in sorted(opdef.ipu_settings):
+    settings = opdef.popart.ipu_settings
+    for name in sorted(settings):
         assert name in _SETTING_VALUES, f"{opdef.name}: {name!r} is not an IPU-only setting transforms set"
         ipu_only.record(op, **{name: _SETTING_VALUES[name]})
-    want = {name: _SETTING_VALUES[name] for name in opdef.ipu_settings}
+    want = {name: _SETTING_VALUES[name] for name in settings}
     got = {name: list(v) if isinstance(v, tuple) else v for name, v in ipu_only.recorded(op).items()}
     assert got == want, f"{opdef.name}: recorded {got}, set {want}"
-    if opdef.ipu_settings & {"available_memory_proportion", "available_memory_proportions"}:
+    if settings & {"available_memory_proportion", "available_memory_proportions"}:
         assert ipu_only.available_memory_proportion(op) == 0.25, f"{opdef.name}: its proportion does not read back"
 
 
 def check_identity_rewrite(opdef: OpDef, factory: ExampleFactory) -> None:
     """The op kind's identity predicate answers for its example op, which can become an identity keeping its output."""
     _, _, op, _ = _build(opdef, factory)
-    assert opdef.identity_when is not None, f"{opdef.name}: declares no identity predicate"
-    assert isinstance(opdef.identity_when(op), bool), f"{opdef.name}: its identity predicate is not a bool"
+    identity_when = opdef.popart.identity_when
+    assert identity_when is not None, f"{opdef.name}: declares no identity predicate"
+    assert isinstance(identity_when(op), bool), f"{opdef.name}: its identity predicate is not a bool"
     (out,) = op.outputs
     replace_with_identity(op)  # refuses a rewrite that would change the output's spec
     assert op.outputs == (out,), f"{opdef.name}: its op's output did not stay"
@@ -429,9 +434,9 @@ def check_op(opdef: OpDef, factory: ExampleFactory) -> None:
     check_values(opdef, factory)
     if opdef.grad is not None:
         check_gradient(opdef, factory)
-    if opdef.flops is not None:
+    if opdef.popart.flops is not None:
         check_flops(opdef, factory)
-    if opdef.ipu_settings:
+    if opdef.popart.ipu_settings:
         check_ipu_settings(opdef, factory)
-    if opdef.identity_when is not None:
+    if opdef.popart.identity_when is not None:
         check_identity_rewrite(opdef, factory)

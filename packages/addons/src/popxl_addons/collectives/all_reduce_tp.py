@@ -17,10 +17,12 @@ import popart
 import popxl
 from popxl.extension import (
     Attrs,
+    Effects,
     GradBuilder,
     LoweringContext,
     Op,
     OpDef,
+    PopartFacts,
     all_reduce_values,
     create_op,
     group_of,
@@ -75,10 +77,10 @@ ALL_REDUCE_TP = register(
         _infer,
         _lower,
         grad=_grad,
-        groupings=group_of,
         check=_check,
+        effects=Effects(groupings=group_of),
         # An all-reduce of inputs known to be identical on every replica is an identity.
-        identity_when=lambda op: bool(op.attrs["identical_inputs"]),
+        popart=PopartFacts(identity_when=lambda op: bool(op.attrs["identical_inputs"])),
     )
 )
 

@@ -36,6 +36,7 @@ import popxl
 from popxl import ops
 from popxl.extension import (
     Attrs,
+    Effects,
     GradBuilder,
     LoweringContext,
     Op,
@@ -128,7 +129,7 @@ CROSS_ENTROPY_SHARDED = register(
         grad=_grad_tp,
         normalise=_normalise_tp,
         output_names=("cross_entropy_sharded_out", "cross_entropy_sharded_soft_max_out"),
-        groupings=group_of,
+        effects=Effects(groupings=group_of),
     )
 )
 

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import popxl
 from popxl.extension import (
     Attrs,
+    Effects,
     GradBuilder,
     LoweringContext,
     Op,
@@ -116,8 +117,8 @@ LAYER_NORM_DISTRIBUTED = register(
         grad=_grad,
         normalise=_normalise,
         output_names=("outputs", "mean", "std"),
-        groupings=group_of,
         departure="popxl-addons' custom op (no popxl op); its x gradient has the weight's factor (popxl-addons': not)",
+        effects=Effects(groupings=group_of),
     )
 )
 
@@ -163,8 +164,8 @@ LAYER_NORM_DISTRIBUTED_GRAD = register(
             "layer_norm_distributed_scale_grad",
             "layer_norm_distributed_bias_grad",
         ),
-        groupings=group_of,
         departure="popxl-addons' gradient op, with the weight's factor in the input gradient that popxl-addons' lacks",
+        effects=Effects(groupings=group_of),
     )
 )
 

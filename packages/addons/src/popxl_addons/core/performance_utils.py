@@ -3,13 +3,13 @@
 Counted, as in popxl-addons: matrix products, group (and so layer) normalisations, and the out-of-place
 elementwise add, subtract, multiply and divide; an op that runs a subgraph (a call, a repeat) counts that
 graph's FLOPs as many times as it runs it. Other ops (in-place variants, gradients' `vjp` ops, conditionals'
-branches) count nothing. Each count is its op kind's own declaration (`OpDef.flops`), from shapes alone, so
+branches) count nothing. Each count is its op kind's own declaration (`PopartFacts.flops`), from shapes alone, so
 nothing is compiled or run.
 
 Breakdowns are keyed by popart's op types (`MatMul`, `Add`, `Sub`, `Mul`, `Div`, `GroupNormalization`: each op
-kind's `popart_type`) as in popxl-addons; within a type, by the op's id (`Op.id`, numbered from 100 over the Ir as
-popart numbers its ops). An op running a subgraph adds `<Call|Loop>_<id>(<graph name>)` under each type, holding
-that graph's breakdown for the type.
+kind's `PopartFacts.op_type`) as in popxl-addons; within a type, by the op's id (`Op.id`, numbered from 100 over
+the Ir as popart numbers its ops). An op running a subgraph adds `<Call|Loop>_<id>(<graph name>)` under each type,
+holding that graph's breakdown for the type.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _graph_flops(graph: popxl.Graph, seen: dict[int, Breakdown]) -> Breakdown:
     breakdown: Breakdown = {}
     for op in graph.ops:
         subgraphs = op.subgraphs
-        op_type = op.opdef.popart_type or op.name
+        op_type = op.opdef.popart.op_type or op.name
         if len(subgraphs) == 1:
             sub = subgraphs[0]
             called = _scaled(_graph_flops(sub.graph, seen), sub.trips)

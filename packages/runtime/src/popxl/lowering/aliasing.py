@@ -1,8 +1,8 @@
 """Aliasing and in-place updates of one graph: the one model of which tensors share storage.
 
 popxl ops may update an input in place: the op's output holding the new value
-(`OpDef.modifies`) then shares the input's storage. In-place view ops
-(`OpDef.view_update`: `reshape_`, `slice_`, `concat_`, ...) return a view that
+(`Aliasing.modifies`) then shares the input's storage. In-place view ops
+(`Aliasing.view_update`: `reshape_`, `slice_`, `concat_`, ...) return a view that
 shares the storage of the tensors it views. Calls and loops update the caller's
 tensors for their by-reference inputs, declared through `modifies` too. This
 module resolves, once per graph and before anything runs, the storage each
@@ -34,7 +34,7 @@ class Aliasing:
         for op in graph.ops:
             for i in op.modifies:
                 self._written.update(dict.fromkeys(self.roots(op.inputs[i])))
-            if op.opdef.view_update is not None:
+            if op.opdef.aliasing.view_update is not None:
                 self._views[op.outputs[0]] = op
             for i, out in op.modifies.items():
                 if out is not None:

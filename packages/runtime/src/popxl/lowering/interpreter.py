@@ -174,8 +174,9 @@ def execute(
         if view is None:
             values[aliasing.storage(t)] = new
             return
-        assert view.opdef.view_update is not None
-        updated = view.opdef.view_update(view.attrs, [value(p) for p in view.inputs], new)
+        update = view.opdef.aliasing.view_update
+        assert update is not None
+        updated = update(view.attrs, [value(p) for p in view.inputs], new)
         for parent, v in zip(view.inputs, updated):
             write(parent, v)
 

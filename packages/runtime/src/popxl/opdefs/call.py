@@ -19,7 +19,19 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from popxl.graph import Graph
-from popxl.op import Attrs, Op, OpDef, Resource, Subgraph, graph_reads, graph_writes, register
+from popxl.op import (
+    Aliasing,
+    Attrs,
+    Effects,
+    Op,
+    OpDef,
+    PopartFacts,
+    Resource,
+    Subgraph,
+    graph_reads,
+    graph_writes,
+    register,
+)
 from popxl.opdefs.common import vjp_grad
 from popxl.tensor import Tensor, TensorSpec
 
@@ -60,12 +72,16 @@ CALL = register(
         "call",
         _call_infer,
         _lower_call,
-        reads=_reads,
-        writes=_writes,
-        subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1, inputs_follow=True, outputs_follow=True),),
-        modifies=lambda attrs: dict.fromkeys(call_modified(attrs)),
-        modifies_note="the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
-        popart_type="Call",
+        effects=Effects(
+            reads=_reads,
+            writes=_writes,
+            subgraphs=lambda attrs: (Subgraph(attrs["graph"], 1, inputs_follow=True, outputs_follow=True),),
+        ),
+        aliasing=Aliasing(
+            modifies=lambda attrs: dict.fromkeys(call_modified(attrs)),
+            note="the called graph's by-reference inputs, and those marked by `set_parent_input_modified`",
+        ),
+        popart=PopartFacts(op_type="Call"),
     )
 )
 
@@ -138,12 +154,16 @@ REPEAT = register(
         lambda specs, attrs: [t.spec for t in attrs["graph"].outputs],
         _lower_repeat,
         normalise=_repeat_normalise,
-        reads=_reads,
-        writes=_writes,
-        subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"], inputs_follow=True),),
-        modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
-        modifies_note="the called graph's by-reference inputs",
-        popart_type="Loop",
+        effects=Effects(
+            reads=_reads,
+            writes=_writes,
+            subgraphs=lambda attrs: (Subgraph(attrs["graph"], attrs["count"], inputs_follow=True),),
+        ),
+        aliasing=Aliasing(
+            modifies=lambda attrs: dict.fromkeys(by_ref_indices(attrs["graph"])),
+            note="the called graph's by-reference inputs",
+        ),
+        popart=PopartFacts(op_type="Loop"),
     )
 )
 
@@ -215,8 +235,10 @@ CONDITIONAL = register(
         _lower_conditional,
         grad=_conditional_grad,
         normalise=_conditional_normalise,
-        reads=lambda attrs: graph_reads(attrs["then_branch"]) | graph_reads(attrs["else_branch"]),
-        writes=lambda attrs: graph_writes(attrs["then_branch"]) | graph_writes(attrs["else_branch"]),
-        subgraphs=lambda attrs: (Subgraph(attrs["then_branch"], 1), Subgraph(attrs["else_branch"], 1)),
+        effects=Effects(
+            reads=lambda attrs: graph_reads(attrs["then_branch"]) | graph_reads(attrs["else_branch"]),
+            writes=lambda attrs: graph_writes(attrs["then_branch"]) | graph_writes(attrs["else_branch"]),
+            subgraphs=lambda attrs: (Subgraph(attrs["then_branch"], 1), Subgraph(attrs["else_branch"], 1)),
+        ),
     )
 )

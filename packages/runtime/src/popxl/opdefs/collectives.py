@@ -12,7 +12,7 @@ import numpy as np
 
 from popxl.creation import constant
 from popxl.errors import AutodiffError
-from popxl.op import Attrs, Op, OpDef, create_op, register
+from popxl.op import Aliasing, Attrs, Effects, Op, OpDef, create_op, register
 from popxl.opdefs.common import modifies_first
 from popxl.opdefs.shape import RESHAPE
 from popxl.replica_grouping import ReplicaGrouping
@@ -79,8 +79,8 @@ ALL_REDUCE = register(
         _like,
         _lower_all_reduce,
         grad=_all_reduce_grad,
-        groupings=group_of,
         departure="gradient: the exact one for add/mean/local (popxl has none)",
+        effects=Effects(groupings=group_of),
     )
 )
 
@@ -90,8 +90,8 @@ ALL_REDUCE_INPLACE = register(
         _like,
         _lower_all_reduce,
         output_names=("replicated_all_reduce_out",),
-        groupings=group_of,
-        modifies=modifies_first,
+        effects=Effects(groupings=group_of),
+        aliasing=Aliasing(modifies=modifies_first),
     )
 )
 
@@ -141,8 +141,8 @@ REDUCE_SCATTER = register(
         _sharded_infer,
         lambda ctx, attrs, x: [_own_shard(ctx, all_reduce_values(ctx, x, attrs["op"], attrs["group"]), attrs["group"])],
         grad=_reduce_scatter_grad,
-        groupings=group_of,
         departure="gradient: popxl's all-gather for 'local'; the same, exact, for 'add' (popxl: none)",
+        effects=Effects(groupings=group_of),
     )
 )
 
@@ -197,8 +197,8 @@ ALL_GATHER = register(
         _gather_infer,
         _lower_gather,
         grad=_gather_grad,
-        groupings=group_of,
         departure="gradient: popxl's rule, each replica's own part (not the sum over replicas)",
+        effects=Effects(groupings=group_of),
     )
 )
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from popxl.op import Attrs, OpDef, register
+from popxl.op import Attrs, OpDef, PopartFacts, register
 from popxl.opdefs.common import vjp_grad
 from popxl.tensor import TensorSpec
 
@@ -110,7 +110,14 @@ def _conv_lower(ctx: Any, attrs: Attrs, x: jax.Array, w: jax.Array) -> list[jax.
 _SETTINGS = frozenset({"available_memory_proportions"})
 
 CONV = register(
-    OpDef("conv", _conv_infer, _conv_lower, grad=vjp_grad(), normalise=_conv_normalise, ipu_settings=_SETTINGS)
+    OpDef(
+        "conv",
+        _conv_infer,
+        _conv_lower,
+        grad=vjp_grad(),
+        normalise=_conv_normalise,
+        popart=PopartFacts(ipu_settings=_SETTINGS),
+    )
 )
 
 
@@ -194,7 +201,7 @@ CONV_TRANSPOSE = register(
         _conv_transpose_lower,
         grad=vjp_grad(),
         normalise=_conv_transpose_normalise,
-        ipu_settings=_SETTINGS,
+        popart=PopartFacts(ipu_settings=_SETTINGS),
     )
 )
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import Attrs, FlopsFn, OpDef, register
+from popxl.op import Aliasing, Attrs, FlopsFn, OpDef, PopartFacts, register
 from popxl.opdefs.common import broadcast, like_input, modifies_first, same_dtype, vjp_grad
 from popxl.tensor import TensorSpec
 
@@ -95,7 +95,7 @@ def _inplace(name: str, fn: Callable[[jax.Array, Attrs], jax.Array]) -> OpDef:
             like_input(0),
             lambda ctx, attrs, x: [fn(x, attrs)],
             output_names=(name.rstrip("_") + "_out",),
-            modifies=modifies_first,
+            aliasing=Aliasing(modifies=modifies_first),
         )
     )
 
@@ -141,8 +141,7 @@ def _binary(
             lambda ctx, attrs, a, b: [fn(a, b)],
             grad=vjp_grad(grad_needs, linear) if differentiable else None,
             departure=departure,
-            popart_type=popart_type,
-            flops=flops,
+            popart=PopartFacts(op_type=popart_type, flops=flops),
         )
     )
 
@@ -199,7 +198,9 @@ def _inplace_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec
     return [specs[0]]
 
 
-ADD_INPLACE = register(OpDef("add_", _inplace_infer, _add_inplace, output_names=("add_out",), modifies=modifies_first))
+ADD_INPLACE = register(
+    OpDef("add_", _inplace_infer, _add_inplace, output_names=("add_out",), aliasing=Aliasing(modifies=modifies_first))
+)
 
 
 def _cast_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:

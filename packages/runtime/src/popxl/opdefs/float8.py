@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
+from popxl.op import CHECK_RESULT, Attrs, Effects, OpDef, PopartFacts, Resource, register
 from popxl.opdefs import conv, linalg
 from popxl.opdefs.linalg import matmul_shape
 from popxl.tensor import TensorSpec
@@ -78,9 +78,11 @@ def _lower_cast_from(ctx: Any, attrs: Attrs, x: jax.Array, log2_scale: jax.Array
     return [(x.astype(jnp.float32) * scale).astype(attrs["data_type"].as_numpy())]
 
 
-POW2SCALE_CAST_TO_FP8 = register(OpDef("pow2scale_cast_to_fp8", _cast_to_infer, _lower_cast_to, writes=_checked))
+POW2SCALE_CAST_TO_FP8 = register(
+    OpDef("pow2scale_cast_to_fp8", _cast_to_infer, _lower_cast_to, effects=Effects(writes=_checked))
+)
 POW2SCALE_CAST_FROM_FP8 = register(
-    OpDef("pow2scale_cast_from_fp8", _cast_from_infer, _lower_cast_from, writes=_checked)
+    OpDef("pow2scale_cast_from_fp8", _cast_from_infer, _lower_cast_from, effects=Effects(writes=_checked))
 )
 
 
@@ -102,8 +104,8 @@ MATMUL_POW2SCALED = register(
         "matmul_pow2scaled",
         _matmul_infer,
         _lower_matmul,
-        writes=_checked,
-        ipu_settings=linalg.MATMUL.ipu_settings,
+        effects=Effects(writes=_checked),
+        popart=PopartFacts(ipu_settings=linalg.MATMUL.popart.ipu_settings),
     )
 )
 
@@ -125,7 +127,16 @@ def _scaled(base: OpDef, name: str) -> OpDef:
         (out,) = base.lower(ctx, attrs, x.astype(jnp.float32), w.astype(jnp.float32))
         return [(out * _scale(ctx, log2_scale, name)).astype(jnp.float16)]
 
-    return register(OpDef(name, infer, lower, normalise=normalise, writes=_checked, ipu_settings=base.ipu_settings))
+    return register(
+        OpDef(
+            name,
+            infer,
+            lower,
+            normalise=normalise,
+            effects=Effects(writes=_checked),
+            popart=PopartFacts(ipu_settings=base.popart.ipu_settings),
+        )
+    )
 
 
 CONV_POW2SCALED = _scaled(conv.CONV, "conv_pow2scaled")

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
+from popxl.op import CHECK_RESULT, Aliasing, Attrs, Effects, OpDef, PopartFacts, Resource, register
 from popxl.opdefs.common import axis_in, modifies_first, vjp_grad
 from popxl.tensor import TensorSpec
 
@@ -92,8 +92,8 @@ GATHER = register(
         _lower_gather,
         grad=vjp_grad({0: (1,)}),
         normalise=_gather_normalise,
-        writes=_checked_unless_zero_oor,
-        ipu_settings=GATHER_SCATTER_SETTINGS,
+        effects=Effects(writes=_checked_unless_zero_oor),
+        popart=PopartFacts(ipu_settings=GATHER_SCATTER_SETTINGS),
     )
 )
 
@@ -149,7 +149,7 @@ DYNAMIC_SLICE = register(
         _lower_dynamic_slice,
         grad=vjp_grad({0: (1,)}),
         normalise=_slice_normalise,
-        writes=writes_check_result,
+        effects=Effects(writes=writes_check_result),
     )
 )
 
@@ -176,7 +176,7 @@ DYNAMIC_UPDATE = register(
         _lower_update,
         grad=vjp_grad({0: (2,), 1: (2,)}),
         normalise=_slice_normalise,
-        writes=writes_check_result,
+        effects=Effects(writes=writes_check_result),
     )
 )
 
@@ -187,8 +187,8 @@ DYNAMIC_UPDATE_INPLACE = register(
         _lower_update,
         output_names=("dynamic_update_out",),
         normalise=_slice_normalise,
-        modifies=modifies_first,
-        writes=writes_check_result,
+        effects=Effects(writes=writes_check_result),
+        aliasing=Aliasing(modifies=modifies_first),
     )
 )
 
@@ -221,7 +221,7 @@ ONEHOT = register(
         _lower_onehot,
         grad=vjp_grad({1: (0,)}),
         normalise=_onehot_normalise,
-        writes=writes_check_result,
+        effects=Effects(writes=writes_check_result),
     )
 )
 
@@ -324,7 +324,7 @@ GROUPED_GATHER = register(
         _lower_grouped_gather,
         grad=vjp_grad({0: (1,)}),
         normalise=_grouped_gather_normalise,
-        writes=_checked_unless_zero_oor,
-        ipu_settings=GATHER_SCATTER_SETTINGS,
+        effects=Effects(writes=_checked_unless_zero_oor),
+        popart=PopartFacts(ipu_settings=GATHER_SCATTER_SETTINGS),
     )
 )

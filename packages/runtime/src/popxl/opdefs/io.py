@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from popxl.lowering.remote_memory import disk_load, disk_store, load_entry, store_entry
 from popxl.lowering.world import HostOutput
-from popxl.op import CHECK_RESULT, Attrs, Op, OpDef, Resource, register
+from popxl.op import CHECK_RESULT, Aliasing, Attrs, Effects, Op, OpDef, Resource, register
 from popxl.opdefs.common import like_input, modifies_first, vjp_grad
 from popxl.remote_buffer import RemoteBuffer
 from popxl.tensor import Constant, TensorSpec
@@ -52,7 +52,9 @@ def _lower_host_load(ctx: LoweringContext, attrs: Attrs) -> list[jax.Array]:
     return [load_entry(data, jnp.minimum(cursor, data.shape[0] - 1), ctx.remote_memory == "host")]
 
 
-HOST_LOAD = register(OpDef("host_load", _host_load_infer, _lower_host_load, reads=_stream, writes=_stream_and_check))
+HOST_LOAD = register(
+    OpDef("host_load", _host_load_infer, _lower_host_load, effects=Effects(reads=_stream, writes=_stream_and_check))
+)
 
 
 def _host_store_infer(specs: Sequence[TensorSpec], attrs: Attrs) -> list[TensorSpec]:
@@ -77,7 +79,7 @@ def _lower_host_store(ctx: LoweringContext, attrs: Attrs, x: jax.Array) -> list[
 
 
 HOST_STORE = register(
-    OpDef("host_store", _host_store_infer, _lower_host_store, reads=_stream, writes=_stream_and_check)
+    OpDef("host_store", _host_store_infer, _lower_host_store, effects=Effects(reads=_stream, writes=_stream_and_check))
 )
 
 
@@ -139,9 +141,8 @@ REMOTE_LOAD = register(
         "remote_load",
         _remote_load_infer,
         _lower_remote_load,
-        reads=_buffer,
-        writes=_check,
         check=_static_offset_check(0, "remote_load from"),
+        effects=Effects(reads=_buffer, writes=_check),
     )
 )
 
@@ -162,10 +163,9 @@ REMOTE_LOAD_INPLACE = register(
         _remote_load_inplace_infer,
         _lower_remote_load_inplace,
         output_names=("remote_load_out",),
-        reads=_buffer,
-        writes=_check,
-        modifies=modifies_first,
         check=_static_offset_check(1, "remote_load_ from"),
+        effects=Effects(reads=_buffer, writes=_check),
+        aliasing=Aliasing(modifies=modifies_first),
     )
 )
 
@@ -192,9 +192,8 @@ REMOTE_STORE = register(
         "remote_store",
         _remote_store_infer,
         _lower_remote_store,
-        reads=_buffer,
-        writes=_buffer_and_check,
         check=_static_offset_check(0, "remote_store to"),
+        effects=Effects(reads=_buffer, writes=_buffer_and_check),
     )
 )
 

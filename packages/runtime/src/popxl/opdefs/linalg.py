@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import Attrs, OpDef, register
+from popxl.op import Attrs, OpDef, PopartFacts, register
 from popxl.opdefs.common import broadcast_shapes, vjp_grad
 from popxl.tensor import TensorSpec
 
@@ -60,8 +60,10 @@ MATMUL = register(
         _infer,
         _lower,
         grad=vjp_grad({0: (1,), 1: (0,)}),
-        flops=_flops,
-        popart_type="MatMul",
-        ipu_settings=frozenset({"available_memory_proportion", "fully_connected_pass"}),
+        popart=PopartFacts(
+            flops=_flops,
+            op_type="MatMul",
+            ipu_settings=frozenset({"available_memory_proportion", "fully_connected_pass"}),
+        ),
     )
 )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
+from popxl.op import CHECK_RESULT, Attrs, Effects, OpDef, Resource, register
 from popxl.opdefs.common import vjp_grad
 from popxl.opdefs.indexing import check_indices
 from popxl.tensor import TensorSpec
@@ -128,7 +128,7 @@ NLL = register(
         _lower_nll,
         grad=vjp_grad({0: (0, 1)}),
         normalise=_normalise,
-        writes=_checked,
+        effects=Effects(writes=_checked),
     )
 )
 
@@ -166,6 +166,6 @@ NLL_WITH_SOFTMAX_GRAD = register(
         _lower_nll_softmax_grad,
         normalise=_normalise_flattened,
         output_names=("loss", "dx"),
-        writes=_checked,
+        effects=Effects(writes=_checked),
     )
 )

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from popxl import dtypes
-from popxl.op import Attrs, Op, OpDef, create_op, register
+from popxl.op import Attrs, Op, OpDef, PopartFacts, create_op, register
 from popxl.opdefs.common import axis_in, like_input, same_dtype, vjp_grad
 from popxl.tensor import Tensor, TensorSpec
 
@@ -203,9 +203,8 @@ GROUP_NORM = register(
         _group_norm_infer,
         _lower_group_norm,
         grad=_group_norm_grad,
-        flops=_group_norm_flops,
-        popart_type="GroupNormalization",
         output_names=("group_norm_out", "group_norm_mean", "group_norm_inv_std_dev"),
+        popart=PopartFacts(flops=_group_norm_flops, op_type="GroupNormalization"),
     )
 )
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from popxl.op import Attrs, OpDef, register
+from popxl.op import Attrs, Effects, OpDef, PopartFacts, register
 from popxl.opdefs.common import axis_in, vjp_grad
 from popxl.opdefs.indexing import GATHER_SCATTER_SETTINGS, check_index_type, check_indices, writes_check_result
 from popxl.tensor import TensorSpec
@@ -55,8 +55,8 @@ SCATTER = register(
         _lower_scatter,
         grad=vjp_grad({0: (1,), 2: (1,)}),
         normalise=_scatter_normalise,
-        writes=writes_check_result,
-        ipu_settings=GATHER_SCATTER_SETTINGS,
+        effects=Effects(writes=writes_check_result),
+        popart=PopartFacts(ipu_settings=GATHER_SCATTER_SETTINGS),
     )
 )
 
@@ -143,7 +143,7 @@ SCATTER_REDUCE = register(
         _lower_scatter_reduce,
         grad=vjp_grad(),
         normalise=_scatter_reduce_normalise,
-        writes=writes_check_result,
-        ipu_settings=GATHER_SCATTER_SETTINGS,
+        effects=Effects(writes=writes_check_result),
+        popart=PopartFacts(ipu_settings=GATHER_SCATTER_SETTINGS),
     )
 )

@@ -171,7 +171,7 @@ SUBSAMPLE = register(
 
 def _view(opdef: OpDef, update: ViewUpdateFn) -> OpDef:
     """The in-place form of `opdef`, whose output is a view of its inputs (popxl's `reshape_`, `slice_`, ...)."""
-    return register(replace(opdef, name=opdef.name + "_", view_update=update))
+    return register(replace(opdef, name=opdef.name + "_", aliasing=replace(opdef.aliasing, view_update=update)))
 
 
 def _slice_update(attrs: Attrs, xs: Sequence[Any], view: Any) -> list[Any]:

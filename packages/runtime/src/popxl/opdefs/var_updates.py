@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from popxl.op import CHECK_RESULT, Attrs, OpDef, Resource, register
+from popxl.op import CHECK_RESULT, Aliasing, Attrs, Effects, OpDef, Resource, register
 from popxl.opdefs.common import axis_in, broadcast_shapes, modifies_first
 from popxl.opdefs.indexing import check_indices
 from popxl.tensor import TensorSpec
@@ -58,7 +58,7 @@ def _lower(ctx: LoweringContext, attrs: Attrs, t: jax.Array, *rest: jax.Array) -
     return [jnp.broadcast_to(updated, t.shape).astype(t.dtype)]
 
 
-VAR_UPDATE = register(OpDef("var_update", _infer, _lower, modifies=modifies_first))
+VAR_UPDATE = register(OpDef("var_update", _infer, _lower, aliasing=Aliasing(modifies=modifies_first)))
 
 
 UPDATER_MODES = ("adam", "adam_no_bias", "lamb", "lamb_no_bias", "adamax")
@@ -97,9 +97,9 @@ SPARSE_ACCUMULATE = register(
         lambda specs, attrs: [specs[0]],
         _lower_sparse,
         normalise=_sparse_normalise,
-        modifies=modifies_first,
         output_names=("sparse_accumulate_out",),
-        writes=_checked,
+        effects=Effects(writes=_checked),
+        aliasing=Aliasing(modifies=modifies_first),
     )
 )
 
@@ -172,9 +172,8 @@ ADAM_UPDATER = register(
         "adam_updater",
         _updater_infer,
         _lower_updater,
-        modifies=_updater_modifies,
         output_names=("Updater",),
-        modifies_note="its step counter, when given",
+        aliasing=Aliasing(modifies=_updater_modifies, note="its step counter, when given"),
     )
 )
 
@@ -197,7 +196,7 @@ ADAM_VAR_UPDATE = register(
         "adam_var_update",
         lambda specs, attrs: [specs[0]],
         _lower_var_update,
-        modifies=modifies_first,
         output_names=("adam_var_update_out",),
+        aliasing=Aliasing(modifies=modifies_first),
     )
 )

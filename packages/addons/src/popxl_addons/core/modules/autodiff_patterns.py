@@ -36,12 +36,12 @@ def autodiff_with_patterns(
 
 
 def apply_op_to_identity(graphs: Iterable[popxl.Graph]) -> int:
-    """Replace every op of `graphs` that its kind makes an identity (`OpDef.identity_when`) by one; returns how
+    """Replace every op of `graphs` that its kind makes an identity (`PopartFacts.identity_when`) by one; returns how
     many."""
     count = 0
     for g in graphs:
         for op in g.ops:
-            replaceable = op.opdef.identity_when
+            replaceable = op.opdef.popart.identity_when
             if replaceable is not None and replaceable(op):
                 replace_with_identity(op)
                 count += 1

@@ -4,7 +4,7 @@ On an IPU it bounds the tile memory such an op may use for temporaries. XLA plan
 the proportion is only recorded with the op's other IPU-only settings (`popxl.ipu_only`), where the op's
 own `available_memory_proportion(s)` argument is kept too: `available_memory_proportion(op)` reads it back,
 and it changes nothing that runs. The ops set are those whose kinds declare the setting
-(`OpDef.ipu_settings`). An op is given the proportion of the IPU it was placed on (`popxl.ipu`), or of IPU 0
+(`PopartFacts.ipu_settings`). An op is given the proportion of the IPU it was placed on (`popxl.ipu`), or of IPU 0
 when the list has no entry for that IPU; a later setting replaces an earlier one.
 """
 
@@ -26,7 +26,7 @@ __all__ = [
 
 
 def _set_on_op(op: Op, by_ipu: dict[int, float]) -> None:
-    settings = op.opdef.ipu_settings
+    settings = op.opdef.popart.ipu_settings
     if not settings & {"available_memory_proportion", "available_memory_proportions"}:
         return
     proportion = float(by_ipu.get(op.placement.ipu, by_ipu[0]))

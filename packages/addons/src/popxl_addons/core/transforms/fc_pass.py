@@ -7,7 +7,7 @@ inference-only program may turn it off to save that memory (popxl-addons'
 itself, so here the setting is only recorded with the matmul's other IPU-only
 settings (`popxl.ipu_only`; `uses_fc_pass` reads it) and changes nothing that
 runs. The matmuls are the ops whose kinds declare the setting
-(`OpDef.ipu_settings`). As in popart, a matmul uses the pass unless it was
+(`PopartFacts.ipu_settings`). As in popart, a matmul uses the pass unless it was
 turned off, and the transforms set only the matmuls that exist when they run.
 """
 
@@ -21,7 +21,7 @@ __all__ = ["disable_fc_pass", "enable_fc_pass", "uses_fc_pass"]
 
 
 def _has_fc_pass(op: Op) -> bool:
-    return "fully_connected_pass" in op.opdef.ipu_settings
+    return "fully_connected_pass" in op.opdef.popart.ipu_settings
 
 
 def uses_fc_pass(op: Op) -> bool:

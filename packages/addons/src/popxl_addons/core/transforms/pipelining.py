@@ -218,7 +218,7 @@ def _root(t: popxl.Tensor, made: set[int]) -> list[popxl.Tensor]:
     op = t.producer
     if id(t) not in made or op is None:
         return [t]
-    if op.opdef.view_update is not None:
+    if op.opdef.aliasing.view_update is not None:
         return [r for parent in op.inputs for r in _root(parent, made)]
     for i, out in op.modifies.items():
         if out is not None and op.outputs[out] is t:
