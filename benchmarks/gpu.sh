@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The prepared GPU run: every benchmark at GPU sizes, with XLA's own device and host figures, logs and
-# JSON figures written under $OUT (or out/bench). The packages are pure Python and run from their source
-# folders, so the GPU machine needs only its own JAX with CUDA. Each step has a time limit so that the
+# JSON figures written under $OUT (or out/bench). The packages and the examples' GPT model are pure Python
+# and run from their source folders, so the GPU machine needs only its own JAX with CUDA. Each step has a time limit so that the
 # whole run ends within about twelve minutes; a step that runs out is reported and the rest still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="packages/runtime/src:packages/addons/src:benchmarks"
+export PYTHONPATH="packages/runtime/src:packages/addons/src:examples:benchmarks"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 dest="${OUT:-out/bench}"
 mkdir -p "$dest"
