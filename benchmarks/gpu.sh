@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The prepared GPU run: every benchmark at GPU sizes, with XLA's own device and host figures, logs and
 # JSON figures written under $OUT (or out/bench). The packages and the examples' GPT model are pure Python
-# and run from their source folders, so the GPU machine needs only its own JAX with CUDA. Each step has a time limit so that the
-# whole run ends within about twelve minutes; a step that runs out is reported and the rest still run.
+# and run from their source folders, so the GPU machine needs only its own JAX with CUDA. Each step has a
+# time limit so that the whole run ends within about twelve minutes; a step that runs out is reported and
+# the rest still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="packages/runtime/src:packages/addons/src:examples:benchmarks"
