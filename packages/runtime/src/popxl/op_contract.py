@@ -35,6 +35,7 @@ import numpy as np
 
 from popxl import dtypes, ipu_only
 from popxl.extension import replace_with_identity
+from popxl.grad_info import GradGraphInfo
 from popxl.graph import Graph, graph_input, graph_output
 from popxl.ir import Ir
 from popxl.lowering.interpreter import CheckSites, LoweringContext
@@ -43,6 +44,7 @@ from popxl.lowering.world import CheckState, HostOutput, World
 from popxl.op import CHECK_RESULT, REGISTRY, Op, OpDef, Resource, add_op, graph_reads, graph_writes
 from popxl.remote_buffer import RemoteBuffer
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
+from popxl.tensor import Tensor
 from popxl.transforms.autodiff import AutodiffError, ExpectedConnectionType, autodiff
 
 Array = np.ndarray[Any, Any]
@@ -206,6 +208,23 @@ def _check_view_update(opdef: OpDef, attrs: Mapping[str, Any], inputs: list[jax.
     np.testing.assert_array_equal(np.asarray(reread), np.asarray(new), err_msg=f"{opdef.name}: view update lost")
 
 
+def _gradient_feeds(
+    graph: Graph,
+    info: GradGraphInfo,
+    provided: Sequence[Tensor],
+    values: Sequence[jax.Array],
+    outs: Sequence[jax.Array],
+    dys: Sequence[jax.Array],
+) -> list[jax.Array]:
+    """The gradient graph's inputs: the cotangent of each provided output, or the forward value it expects."""
+    known = dict(zip(graph.inputs, values)) | dict(zip(graph.outputs, outs))
+    given = dict(zip(provided, dys))
+    return [
+        given[ec.fwd_tensor] if ec.connection_type is ExpectedConnectionType.FwdGrad else known[ec.fwd_tensor]
+        for ec in info.expected_inputs
+    ]
+
+
 def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None:
     """The gradients built by the op's gradient rule equal `jax.vjp` of the reference."""
     _, graph, op, example = _build(opdef, factory)
@@ -242,13 +261,7 @@ def check_gradient(opdef: OpDef, factory: ExampleFactory, seed: int = 0) -> None
     def gradients(inputs: Sequence[jax.Array], dys: Sequence[jax.Array]) -> list[jax.Array]:
         ctx = _context([graph, info.graph], op, example)
         outs, _ = ctx.run_graph(graph, list(inputs))
-        known = dict(zip(graph.inputs, inputs)) | dict(zip(graph.outputs, outs))
-        given = dict(zip(provided, dys))
-        feeds = [
-            given[ec.fwd_tensor] if ec.connection_type is ExpectedConnectionType.FwdGrad else known[ec.fwd_tensor]
-            for ec in info.expected_inputs
-        ]
-        grads, _ = ctx.run_graph(info.graph, feeds)
+        grads, _ = ctx.run_graph(info.graph, _gradient_feeds(graph, info, provided, inputs, outs, dys))
         return grads
 
     got = _mapped(gradients, op, example.replicas)(inputs, [jnp.asarray(c) for c in cotangents])
@@ -352,13 +365,7 @@ def _op_runner(
         outs, finals = ctx.run_graph(graph, list(values))
         if info is None:
             return outs, [finals[i] for i in updated], []
-        known = dict(zip(graph.inputs, values)) | dict(zip(graph.outputs, outs))
-        given = dict(zip(provided, dys))
-        feeds = [
-            given[ec.fwd_tensor] if ec.connection_type is ExpectedConnectionType.FwdGrad else known[ec.fwd_tensor]
-            for ec in info.expected_inputs
-        ]
-        grads, _ = ctx.run_graph(info.graph, feeds)
+        grads, _ = ctx.run_graph(info.graph, _gradient_feeds(graph, info, provided, values, outs, dys))
         return outs, [finals[i] for i in updated], grads
 
     mapped = _mapped(run, op, example.replicas)
